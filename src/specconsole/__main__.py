@@ -1,0 +1,3 @@
+from specconsole.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""The host abstraction: run a command, stream a command's lines, reach a port.
+
+Data sources and actions talk to a :class:`Host` and never know whether it is the local
+machine or an SSH connection. Every method reports the exact command line it ran.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from specconsole.config import HostConfig
+from specconsole.errors import CommandFailed
+from specconsole.hosts.commands import Command, to_shell
+
+
+class ConnState(StrEnum):
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    DOWN = "down"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """A host's connection state as shown in its pane and in ``status``."""
+
+    state: ConnState
+    since: float
+    attempt: int = 0
+    last_ok: float | None = None
+    last_error: str | None = None
+    next_retry_at: float | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.state is ConnState.CONNECTED
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    command: str
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def check(self, host: str) -> CommandResult:
+        """Return self, or raise :class:`CommandFailed` naming the host, command and stderr."""
+        if not self.ok:
+            last = (self.stderr.strip() or self.stdout.strip()).splitlines()[-1:] or ["no output"]
+            raise CommandFailed(f"{host}: `{self.command}` exited {self.exit_status}: {last[0]}")
+        return self
+
+
+class StreamProcess(abc.ABC):
+    """A long-lived command whose stdout is consumed line by line."""
+
+    command: str
+
+    @abc.abstractmethod
+    def lines(self) -> AsyncIterator[str]:
+        """Stdout lines without their newline; ends when the command exits or the host drops."""
+
+    @abc.abstractmethod
+    async def wait(self) -> int | None:
+        """Exit status (None when the connection dropped before it was known)."""
+
+    @property
+    @abc.abstractmethod
+    def stderr_text(self) -> str:
+        """What the command wrote to stderr (complete once :meth:`wait` returned)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop the command (idempotent)."""
+
+
+Listener = Callable[[Connection], None]
+
+
+class Host(abc.ABC):
+    """One machine the console watches. Subclasses: LocalHost, SshHost."""
+
+    def __init__(self, config: HostConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._status = Connection(ConnState.CONNECTING, since=time.time())
+        self._listeners: list[Listener] = []
+        self._connected = asyncio.Event()
+
+    # -- connection state -------------------------------------------------------------
+    @property
+    def status(self) -> Connection:
+        return self._status
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _set_status(self, **changes: object) -> None:
+        new = replace(self._status, **changes)  # type: ignore[arg-type]
+        if new.state != self._status.state:
+            new = replace(new, since=time.time())
+        self._status = new
+        if new.state is ConnState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+        for listener in list(self._listeners):
+            listener(new)
+
+    async def wait_connected(self, timeout: float | None = None) -> bool:
+        """True once connected; False if ``timeout`` passed first."""
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- operations ---------------------------------------------------------------------
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Begin connecting (returns at once; the connection is supervised in the background)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the connection and everything streaming over it."""
+
+    @abc.abstractmethod
+    async def run(self, cmd: Command, *, timeout: float = 30.0, input: str | None = None) -> CommandResult:
+        """Run ``cmd`` to completion. Raises HostUnavailable when not connected, TimeoutError."""
+
+    @abc.abstractmethod
+    def _open_stream(self, cmd: Command) -> contextlib.AbstractAsyncContextManager[StreamProcess]:
+        ...
+
+    def stream(self, cmd: Command) -> contextlib.AbstractAsyncContextManager[StreamProcess]:
+        """``async with host.stream(argv) as proc: async for line in proc.lines(): ...``"""
+        return self._open_stream(cmd)
+
+    async def check(self, cmd: Command, *, timeout: float = 30.0) -> CommandResult:
+        """:meth:`run`, raising :class:`CommandFailed` on a non-zero exit."""
+        return (await self.run(cmd, timeout=timeout)).check(self.name)
+
+    @abc.abstractmethod
+    async def reach(self, host: str, port: int) -> tuple[str, int]:
+        """An address on this machine that reaches ``host:port`` as seen from the host
+        (itself for a local host; a local end of an SSH tunnel for a remote one)."""
+
+    @staticmethod
+    def shell(cmd: Command) -> str:
+        return to_shell(cmd)

@@ -1,0 +1,98 @@
+"""The local machine as a host: same operations as SSH, run through ``/bin/sh -c``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+
+from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
+from specconsole.hosts.commands import Command, to_shell
+
+
+class LocalStream(StreamProcess):
+    def __init__(self, proc: asyncio.subprocess.Process, command: str) -> None:
+        self._proc = proc
+        self.command = command
+        self._stderr = b""
+        self._stderr_task = asyncio.ensure_future(self._read_stderr())
+
+    async def _read_stderr(self) -> None:
+        assert self._proc.stderr is not None
+        self._stderr = await self._proc.stderr.read()
+
+    async def lines(self) -> AsyncIterator[str]:
+        assert self._proc.stdout is not None
+        async for raw in self._proc.stdout:
+            yield raw.decode("utf-8", "replace").rstrip("\r\n")
+
+    async def wait(self) -> int | None:
+        rc = await self._proc.wait()
+        with contextlib.suppress(Exception):
+            await self._stderr_task
+        return rc
+
+    @property
+    def stderr_text(self) -> str:
+        return self._stderr.decode("utf-8", "replace")
+
+    async def close(self) -> None:
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self._proc.wait(), 3)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                await self._proc.wait()
+        self._stderr_task.cancel()
+
+
+class LocalHost(Host):
+    """Runs everything on this machine; always "connected"."""
+
+    async def start(self) -> None:
+        self._set_status(state=ConnState.CONNECTED, last_ok=time.time(), attempt=0)
+
+    async def close(self) -> None:
+        self._set_status(state=ConnState.CLOSED)
+
+    async def _spawn(self, line: str, stdin: int | None) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", line,
+            stdin=stdin, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    async def run(self, cmd: Command, *, timeout: float = 30.0, input: str | None = None) -> CommandResult:
+        line = to_shell(cmd)
+        t0 = time.monotonic()
+        proc = await self._spawn(line, asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL)
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(input.encode() if input is not None else None), timeout
+            )
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise TimeoutError(f"{self.name}: `{line}` did not finish within {timeout:g}s") from None
+        self._set_status(last_ok=time.time())
+        return CommandResult(line, proc.returncode, out.decode("utf-8", "replace"),
+                             err.decode("utf-8", "replace"), time.monotonic() - t0)
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(self, cmd: Command) -> AsyncIterator[StreamProcess]:
+        line = to_shell(cmd)
+        stream = LocalStream(await self._spawn(line, asyncio.subprocess.DEVNULL), line)
+        try:
+            yield stream
+        finally:
+            await stream.close()
+
+    async def reach(self, host: str, port: int) -> tuple[str, int]:
+        return host, port
