@@ -1,1 +1,54 @@
-"""Shared fixtures. The lab fixtures (real sshd hosts, systemctl, torchrun) live in tests/lab_fixtures.py."""
+"""Shared fixtures: the lab (real sshd hosts on loopback, real systemctl, real torchrun).
+
+``lab_hosts``: two SSH hosts only (cheap, one per test that breaks things).
+``lab``: the whole lab, started once per session, for read-only checks against it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specconsole.lab.environment import Lab, LabOptions
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def _need_sshd() -> None:
+    if not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
+        pytest.fail("OpenSSH sshd is required for the lab tests: apt-get install -y openssh-server "
+                    "(scripts/test.sh does this)")
+
+
+@pytest.fixture
+def lab_hosts(tmp_path: Path) -> Iterator[Lab]:
+    """Two fresh SSH hosts (train, serve) with no training job and no SGLang."""
+    _need_sshd()
+    lab = Lab(tmp_path / "lab", LabOptions(trainer=False, sglang=False))
+    lab.up()
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+FAST_LAB = LabOptions(
+    trainer_steps=100_000, trainer_step_seconds=0.25, trainer_steps_per_epoch=500, trainer_epochs=6,
+    sglang_startup_s=1.0, sglang_load_rps=4.0, sglang_step_ms=2.0,
+    gpu_interval_s=0.5, sglang_interval_s=0.5,
+)
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """The whole lab, shared by the session: do not break it (use lab_hosts for that)."""
+    _need_sshd()
+    lab = Lab(tmp_path_factory.mktemp("session") / "lab", FAST_LAB)
+    lab.up()
+    try:
+        yield lab
+    finally:
+        lab.down()

@@ -1,0 +1,151 @@
+"""The ``specconsole`` command: the console itself and its headless subcommands.
+
+Heavy modules (Textual, asyncssh, torch) are imported inside the subcommand that needs them.
+Every failure the operator can fix is one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from specconsole import __version__
+from specconsole.errors import ConfigError, SpecConsoleError
+
+
+def _say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def resolve_config_path(given: str | None) -> str:
+    """--config, else $SPECCONSOLE_CONFIG / ~/.config/specconsole/config.toml, else a running lab's."""
+    from specconsole.config import default_config_path
+
+    if given:
+        return given
+    found = default_config_path()
+    if found:
+        return found
+    from specconsole.lab.environment import Lab
+
+    lab = Lab()
+    if lab.is_running() and lab.config_path.exists():
+        return str(lab.config_path)
+    raise ConfigError("<no config>", None, "no config file given and no lab running",
+                      "pass --config FILE (see configs/example.toml), or start the lab: specconsole lab up")
+
+
+# ------------------------------------------------------------------------------- status
+
+async def _status(args: argparse.Namespace) -> int:
+    from specconsole.config import load_config
+    from specconsole.monitor import Fleet
+    from specconsole.report import status_json, status_text
+
+    config = load_config(resolve_config_path(args.config))
+    fleet = Fleet(config)
+    await fleet.start()
+    try:
+        statuses = await fleet.first_snapshot(args.timeout)
+        while True:
+            if args.json:
+                print(json.dumps(status_json(statuses), indent=None if args.watch else 2), flush=True)
+            else:
+                print(status_text(statuses), flush=True)
+            if not args.watch:
+                break
+            await asyncio.sleep(args.interval)
+            statuses = fleet.statuses()
+            if not args.json:
+                print(flush=True)
+    finally:
+        await fleet.stop()
+    return 0 if all(s.reachable for s in statuses) else 1
+
+
+# ---------------------------------------------------------------------------------- lab
+
+def _lab(args: argparse.Namespace) -> int:
+    from specconsole.lab.environment import Lab, LabOptions
+
+    lab_dir = Path(args.dir).expanduser() if args.dir else None
+    if args.lab_command == "up":
+        options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer)
+        lab = Lab(lab_dir, options, say=_say)
+        try:
+            lab.up()
+        except BaseException:
+            _say("lab: start-up failed; stopping what was started")
+            lab.down()
+            raise
+        print(f"config: {lab.config_path}")
+        print(f"try:    specconsole status --config {lab.config_path}")
+        print(f"stop:   specconsole lab down{' --dir ' + str(lab.dir) if args.dir else ''}")
+        return 0
+    lab = Lab(lab_dir, say=_say)
+    if args.lab_command == "down":
+        if not lab.state.hosts:
+            _say(f"lab: nothing to stop in {lab.dir}")
+            return 0
+        lab.down()
+        return 0
+    # status
+    running = lab.is_running()
+    print(json.dumps({"dir": str(lab.dir), "running": running,
+                      "config": str(lab.config_path) if running else None}, indent=2))
+    return 0 if running else 1
+
+
+# --------------------------------------------------------------------------------- main
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specconsole", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"specconsole {__version__}")
+    p.add_argument("--config", help="console config (TOML); default: $SPECCONSOLE_CONFIG, "
+                   "~/.config/specconsole/config.toml, or the running lab's")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    st = sub.add_parser("status", help="print one snapshot of every host and exit (1 if a host is unreachable)")
+    st.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--watch", action="store_true", help="keep printing snapshots")
+    st.add_argument("--interval", type=float, default=1.0, help="seconds between --watch snapshots")
+    st.add_argument("--timeout", type=float, default=15.0,
+                    help="seconds to wait for the first complete snapshot (default 15)")
+
+    lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
+    lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
+    up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
+    up.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
+    up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
+    for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
+                   lab_sub.add_parser("status", help="is the lab running, and where is its config")):
+        action.add_argument("--dir", help="lab folder (default ~/.local/state/specconsole/lab)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not hasattr(args, "config"):
+        args.config = None
+    try:
+        if args.command == "status":
+            return asyncio.run(_status(args))
+        if args.command == "lab":
+            return _lab(args)
+        build_parser().print_help()
+        return 0
+    except SpecConsoleError as err:
+        print(f"specconsole: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("specconsole: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

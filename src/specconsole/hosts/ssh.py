@@ -1,0 +1,290 @@
+"""A remote host over one persistent, supervised asyncssh connection.
+
+- Host keys are verified against known_hosts (OpenSSH's by default); an unknown or changed key
+  is refused with its fingerprint and the command that would trust it.
+- ``~/.ssh/config`` and the ssh agent are honoured the way OpenSSH does (asyncssh reads both).
+- The connection is supervised: keepalives detect a dead peer, and a lost connection is
+  re-established with capped exponential backoff while the state says ``reconnecting n``.
+- Streams are wrapped in :func:`~specconsole.hosts.commands.stdin_watchdog`, so a remote
+  ``tail -F`` or ``nvidia-smi -lms`` ends when its channel closes and never piles up on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from specconsole.config import HostConfig
+from specconsole.errors import HostKeyError, HostUnavailable
+from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
+from specconsole.hosts.commands import Command, stdin_watchdog, to_shell
+
+#: Lost connections are "reconnecting n" for this many attempts, then "down".
+RECONNECTING_ATTEMPTS = 3
+
+
+def backoff_delay(attempt: int, initial: float, cap: float) -> float:
+    """Delay before retry ``attempt`` (1-based): initial, 2x, 4x ... capped at ``cap``."""
+    return min(cap, initial * (2 ** max(0, attempt - 1)))
+
+
+class SshStream(StreamProcess):
+    def __init__(self, host: SshHost, proc: asyncssh.SSHClientProcess[str], command: str) -> None:
+        self._host = host
+        self._proc = proc
+        self.command = command
+        self._stderr: list[str] = []
+        self._stderr_task = asyncio.ensure_future(self._read_stderr())
+
+    async def _read_stderr(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            async for chunk in self._proc.stderr:
+                self._stderr.append(chunk)
+
+    async def lines(self) -> AsyncIterator[str]:
+        try:
+            async for line in self._proc.stdout:
+                yield line.rstrip("\r\n")
+        except (asyncssh.Error, OSError) as err:
+            raise HostUnavailable(f"{self._host.name}: connection lost while streaming ({err})") from None
+
+    async def wait(self) -> int | None:
+        try:
+            result = await self._proc.wait()
+        except (asyncssh.Error, OSError):
+            return None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._stderr_task, 2)
+        return result.exit_status
+
+    @property
+    def stderr_text(self) -> str:
+        return "".join(self._stderr)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._proc.stdin.write_eof()  # the watchdog on the host terminates the command
+        with contextlib.suppress(Exception):
+            self._proc.close()
+            await asyncio.wait_for(self._proc.wait_closed(), 3)
+        self._stderr_task.cancel()
+
+
+class SshHost(Host):
+    """A host reached over SSH. One connection, supervised; see the module docstring."""
+
+    def __init__(self, config: HostConfig) -> None:
+        super().__init__(config)
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self._tunnels: dict[tuple[str, int], tuple[str, int]] = {}
+        self._ever_connected = False
+
+    @property
+    def address(self) -> str:
+        port = f":{self.config.port}" if self.config.port else ""
+        user = f"{self.config.user}@" if self.config.user else ""
+        return f"{user}{self.config.host}{port}"
+
+    # -- connection supervision ---------------------------------------------------------
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name=f"ssh-{self.name}")
+
+    def _options(self) -> dict[str, Any]:
+        c, s = self.config, self.config.ssh
+        opts: dict[str, Any] = {
+            "keepalive_interval": s.keepalive_s,
+            "keepalive_count_max": 3,
+            "connect_timeout": s.connect_timeout_s,
+        }
+        if c.port:
+            opts["port"] = c.port
+        if c.user:
+            opts["username"] = c.user
+        if c.identity_file:
+            opts["client_keys"] = [str(Path(c.identity_file).expanduser())]
+        if s.known_hosts:
+            opts["known_hosts"] = str(Path(s.known_hosts).expanduser())
+        if s.ssh_config:
+            opts["config"] = [str(Path(s.ssh_config).expanduser())]
+        return opts
+
+    async def connect_once(self) -> asyncssh.SSHClientConnection:
+        """One connection attempt; errors become one-line :class:`HostError` messages."""
+        assert self.config.host
+        opts = self._options()
+        try:
+            return await asyncssh.connect(self.config.host, **opts)
+        except asyncssh.HostKeyNotVerifiable:
+            raise await self._host_key_error(opts) from None
+        except FileNotFoundError as err:
+            path = opts.get("known_hosts") or err.filename or "known_hosts"
+            raise HostKeyError(
+                f"{self.name}: known_hosts file {path} does not exist; create it with "
+                f"`ssh-keyscan {self._keyscan_args()} >> {path}` after checking the fingerprint"
+            ) from None
+        except asyncssh.PermissionDenied:
+            raise HostUnavailable(
+                f"{self.name}: {self.address} refused our key (permission denied); check "
+                f"identity_file / ssh-agent and the host's authorized_keys"
+            ) from None
+        except (TimeoutError, asyncio.TimeoutError):
+            raise HostUnavailable(
+                f"{self.name}: {self.address} did not answer within "
+                f"{self.config.ssh.connect_timeout_s:g}s; check the address and network"
+            ) from None
+        except (OSError, asyncssh.Error) as err:
+            reason = getattr(err, "strerror", None) or getattr(err, "reason", None) or str(err) or type(err).__name__
+            raise HostUnavailable(f"{self.name}: cannot connect to {self.address}: {reason}") from None
+
+    def _keyscan_args(self) -> str:
+        port = f"-p {self.config.port} " if self.config.port else ""
+        return f"{port}{self.config.host}"
+
+    async def _host_key_error(self, opts: dict[str, Any]) -> HostKeyError:
+        """Build the refusal message: the key the host offered and how to trust it."""
+        fingerprint = "unknown fingerprint"
+        with contextlib.suppress(Exception):
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(self.config.host or "", opts.get("port", ())), 5
+            )
+            if key is not None:
+                fingerprint = f"{key.get_algorithm()} {key.get_fingerprint()}"
+        known = opts.get("known_hosts") or "~/.ssh/known_hosts"
+        changed = self._has_other_key(known)
+        what = "CHANGED since it was recorded" if changed else "not in known_hosts"
+        fix = (
+            f"if the host was really re-installed, remove the old entry "
+            f"(ssh-keygen -R {self.config.host} -f {known}) and add the new one"
+            if changed
+            else f"verify it on the host, then `ssh-keyscan {self._keyscan_args()} >> {known}`"
+        )
+        return HostKeyError(f"{self.name}: host key of {self.address} is {what}: {fingerprint}; {fix}")
+
+    def _has_other_key(self, known: str) -> bool:
+        with contextlib.suppress(Exception):
+            kh = asyncssh.read_known_hosts(str(Path(known).expanduser()))
+            host = self.config.host or ""
+            trusted = kh.match(host, host, self.config.port or 22)[0]
+            return bool(trusted)
+        return False
+
+    async def _supervise(self) -> None:
+        s = self.config.ssh
+        attempt = 0
+        while not self._closing.is_set():
+            try:
+                conn = await self.connect_once()
+            except HostUnavailable as err:
+                attempt += 1
+                lost = self._ever_connected and attempt <= RECONNECTING_ATTEMPTS
+                self._set_status(
+                    state=ConnState.RECONNECTING if lost else ConnState.DOWN,
+                    attempt=attempt, last_error=str(err),
+                )
+            except HostKeyError as err:
+                attempt += 1
+                self._set_status(state=ConnState.DOWN, attempt=attempt, last_error=str(err))
+            else:
+                self._conn = conn
+                self._tunnels.clear()
+                self._ever_connected = True
+                attempt = 0
+                self._set_status(state=ConnState.CONNECTED, attempt=0, last_ok=time.time(),
+                                 last_error=None, next_retry_at=None)
+                await self._wait_closed(conn)
+                self._conn = None
+                self._tunnels.clear()
+                if self._closing.is_set():
+                    break
+                attempt = 1
+                self._set_status(state=ConnState.RECONNECTING, attempt=attempt,
+                                 last_error=f"{self.name}: connection to {self.address} lost")
+            delay = backoff_delay(max(attempt, 1), s.backoff_initial_s, s.backoff_max_s)
+            self._set_status(next_retry_at=time.time() + delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), delay)
+
+    @staticmethod
+    async def _wait_closed(conn: asyncssh.SSHClientConnection) -> None:
+        with contextlib.suppress(Exception):
+            await conn.wait_closed()
+
+    async def close(self) -> None:
+        self._closing.set()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), 3)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self._set_status(state=ConnState.CLOSED)
+
+    def drop(self) -> None:
+        """Abort the current connection (the supervisor reconnects); used by tests and actions."""
+        if self._conn is not None:
+            self._conn.abort()
+
+    def _require(self) -> asyncssh.SSHClientConnection:
+        if self._conn is None:
+            reason = f" ({self._status.last_error})" if self._status.last_error else ""
+            raise HostUnavailable(f"{self.name}: not connected, state {self._status.state}{reason}")
+        return self._conn
+
+    # -- operations -----------------------------------------------------------------------
+    async def run(self, cmd: Command, *, timeout: float = 30.0, input: str | None = None) -> CommandResult:
+        conn = self._require()
+        line = to_shell(cmd)
+        t0 = time.monotonic()
+        try:
+            res = await conn.run(line, check=False, timeout=timeout, input=input)
+        except asyncssh.TimeoutError:
+            raise TimeoutError(f"{self.name}: `{line}` did not finish within {timeout:g}s") from None
+        except (asyncssh.Error, OSError) as err:
+            raise HostUnavailable(f"{self.name}: connection lost while running `{line}` ({err})") from None
+        self._set_status(last_ok=time.time())
+        return CommandResult(line, res.exit_status, _text(res.stdout), _text(res.stderr),
+                             time.monotonic() - t0)
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(self, cmd: Command) -> AsyncIterator[StreamProcess]:
+        conn = self._require()
+        line = to_shell(cmd)
+        try:
+            proc = await conn.create_process(stdin_watchdog(cmd), encoding="utf-8", errors="replace")
+        except (asyncssh.Error, OSError) as err:
+            raise HostUnavailable(f"{self.name}: cannot start `{line}` ({err})") from None
+        stream = SshStream(self, proc, line)
+        try:
+            yield stream
+        finally:
+            await stream.close()
+
+    async def reach(self, host: str, port: int) -> tuple[str, int]:
+        key = (host, port)
+        if key in self._tunnels:
+            return self._tunnels[key]
+        conn = self._require()
+        try:
+            listener = await conn.forward_local_port("127.0.0.1", 0, host, port)
+        except (asyncssh.Error, OSError) as err:
+            raise HostUnavailable(f"{self.name}: cannot open a tunnel to {host}:{port} ({err})") from None
+        self._tunnels[key] = ("127.0.0.1", listener.get_port())
+        return self._tunnels[key]
+
+
+def _text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -1,0 +1,603 @@
+"""The lab: two real SSH hosts on loopback, a real training job, SGLang under a real systemctl.
+
+Layout under the lab folder (default ``~/.local/state/specconsole/lab``)::
+
+    keys/client_ed25519[.pub]  the operator's key     keys/known_hosts  both hosts' keys
+    hosts/train/               the training host's root: bin/ etc/ runs/ ssh/
+    hosts/serve/               the serving host's root:  bin/ etc/systemd/system/ models/ ssh/
+    lab.toml                   a console config for this lab
+    state.json                 what was started (pids, ports), for ``lab down``
+
+Each host is an OpenSSH ``sshd`` on its own loopback address (127.0.0.2, 127.0.0.3) with its
+own host key. sshd's ``SetEnv`` puts the host's ``bin/`` first on PATH, so on that host the
+console's plain ``nvidia-smi``, ``systemctl`` and ``journalctl`` reach the host's own tools:
+
+- ``nvidia-smi``: the test double :mod:`specconsole.lab.nvidia_smi` (this machine has no GPU),
+  driven by ``etc/nvidia-smi.json``;
+- ``systemctl``/``journalctl``: docker-systemctl-replacement (a real reimplementation of
+  systemctl that needs no systemd) with ``--root`` set to the host's folder;
+- ``sglang``: the SGLang-protocol simulator :mod:`specconsole.lab.sglang_sim`.
+
+The training job is a real ``torchrun --nproc_per_node=2`` run of :mod:`specconsole.lab.trainer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specconsole.errors import SpecConsoleError
+
+Say = Callable[[str], None]
+
+LAB_DIR_ENV = "SPECCONSOLE_LAB_DIR"
+DEFAULT_LAB_DIR = "~/.local/state/specconsole/lab"
+
+TRAIN_GPUS = 8
+SERVE_GPUS = 2
+TARGET_MODEL = "Qwen3-8B"
+DRAFT_MODEL = "dflash-qwen3-8b-b16"
+
+
+class LabError(SpecConsoleError):
+    """The lab cannot start or stop; the message names the step and the fix."""
+
+
+@dataclass
+class LabHost:
+    name: str
+    address: str
+    port: int
+    root: str
+    sshd_pid: int | None = None
+
+
+@dataclass
+class LabState:
+    dir: str
+    hosts: dict[str, LabHost] = field(default_factory=dict)
+    sglang_port: int = 0
+    trainer_pid: int | None = None
+
+    def save(self) -> None:
+        path = Path(self.dir) / "state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, lab_dir: Path) -> LabState | None:
+        path = lab_dir / "state.json"
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        hosts = {k: LabHost(**v) for k, v in raw.pop("hosts", {}).items()}
+        return cls(hosts=hosts, **raw)
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    """How the lab is started; the defaults are the demo's."""
+
+    train_address: str = "127.0.0.2"
+    serve_address: str = "127.0.0.3"
+    trainer: bool = True
+    trainer_steps: int = 200_000
+    trainer_step_seconds: float = 1.0
+    trainer_steps_per_epoch: int = 33_000
+    trainer_epochs: int = 6
+    sglang: bool = True
+    sglang_startup_s: float = 3.0
+    sglang_load_rps: float = 2.0
+    sglang_step_ms: float = 8.0
+    gpu_interval_s: float = 1.0
+    sglang_interval_s: float = 1.0
+    tunnel: bool = True
+
+
+def default_lab_dir() -> Path:
+    return Path(os.environ.get(LAB_DIR_ENV, DEFAULT_LAB_DIR)).expanduser()
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def _write(path: Path, text: str, mode: int | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if mode is not None:
+        path.chmod(mode)
+
+
+def _tool(name: str) -> str:
+    """A console script installed beside this Python (the venv's bin), or on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if not found:
+        raise LabError(f"lab: `{name}` not found; install the lab extras: pip install -e '.[lab]'")
+    return found
+
+
+def _sshd() -> str:
+    for candidate in ("/usr/sbin/sshd", shutil.which("sshd") or ""):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise LabError("lab: OpenSSH sshd not found; install it: apt-get install -y openssh-server")
+
+
+class Lab:
+    """Creates, starts and stops the lab. Every step is reported through ``say``."""
+
+    def __init__(self, lab_dir: Path | str | None = None, options: LabOptions | None = None,
+                 say: Say | None = None) -> None:
+        self.dir = Path(lab_dir).expanduser() if lab_dir else default_lab_dir()
+        self.options = options or LabOptions()
+        self.say: Say = say or (lambda _msg: None)
+        self.state = LabState.load(self.dir) or LabState(dir=str(self.dir))
+
+    # -- paths ------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "lab.toml"
+
+    @property
+    def keys(self) -> Path:
+        return self.dir / "keys"
+
+    def root(self, host: str) -> Path:
+        return self.dir / "hosts" / host
+
+    @property
+    def train_log(self) -> Path:
+        return self.root("train") / "runs" / "dflash" / "train.jsonl"
+
+    @property
+    def trainer_pid_file(self) -> Path:
+        return self.root("train") / "runs" / "dflash" / "torchrun.pid"
+
+    @property
+    def unit_path(self) -> Path:
+        return self.root("serve") / "etc" / "systemd" / "system" / "sglang.service"
+
+    def scenario_path(self, host: str) -> Path:
+        return self.root(host) / "etc" / "nvidia-smi.json"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def is_running(self) -> bool:
+        return any(_alive(h.sshd_pid) for h in self.state.hosts.values())
+
+    def up(self) -> LabState:
+        """Create everything and start the hosts, the training job and SGLang."""
+        if self.is_running():
+            raise LabError(f"lab: already running in {self.dir}; stop it first: specconsole lab down --dir {self.dir}")
+        t0 = time.monotonic()
+        o = self.options
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
+        self._client_key()
+        self.state = LabState(dir=str(self.dir))
+        self.state.sglang_port = free_port("127.0.0.1")
+        for name, address in (("train", o.train_address), ("serve", o.serve_address)):
+            self._make_host(name, address)
+        self._write_known_hosts()
+        self._scenarios()
+        self._serve_files()
+        self.state.save()
+        for name in self.state.hosts:
+            self.start_sshd(name)
+        if o.trainer:
+            self.start_trainer()
+        if o.sglang:
+            self._systemctl("daemon-reload")
+            self._systemctl("start", "sglang.service")
+        self.write_config()
+        self.state.save()
+        self.say(f"lab up in {time.monotonic() - t0:.1f}s; config: {self.config_path}")
+        return self.state
+
+    def down(self) -> None:
+        """Stop everything the lab started (also after a crash: pids are in state.json)."""
+        t0 = time.monotonic()
+        if "serve" in self.state.hosts and self.unit_path.exists():
+            with contextlib.suppress(Exception):
+                self._systemctl("stop", "sglang.service", check=False, timeout=20)
+        self.stop_trainer()
+        for name in list(self.state.hosts):
+            self.stop_sshd(name)
+        # anything still running from the lab's folders (a crashed run) is ended too
+        _kill_matching(str(self.dir))
+        self.say(f"lab down in {time.monotonic() - t0:.1f}s")
+
+    # -- keys ------------------------------------------------------------------------------------
+    def _keygen(self, path: Path, comment: str) -> None:
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                       check=True, capture_output=True)
+        self.say(f"generated key {path}")
+
+    def _client_key(self) -> None:
+        self._keygen(self.keys / "client_ed25519", "specconsole-lab-operator")
+
+    def _write_known_hosts(self) -> None:
+        lines = []
+        for h in self.state.hosts.values():
+            pub = (Path(h.root) / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
+            lines.append(f"[{h.address}]:{h.port} {pub[0]} {pub[1]}")
+        _write(self.keys / "known_hosts", "\n".join(lines) + "\n")
+
+    # -- hosts -------------------------------------------------------------------------------------
+    def _make_host(self, name: str, address: str) -> None:
+        root = self.root(name)
+        for sub in ("bin", "etc", "ssh", "run", "logs"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        self._keygen(root / "ssh" / "ssh_host_ed25519_key", f"lab-{name}-host")
+        port = free_port(address)
+        host = LabHost(name=name, address=address, port=port, root=str(root))
+        self.state.hosts[name] = host
+        (root / "ssh" / "authorized_keys").write_text((self.keys / "client_ed25519.pub").read_text())
+        path = f"{root / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+        _write(root / "ssh" / "sshd_config", "\n".join([
+            f"Port {port}",
+            f"ListenAddress {address}",
+            f"HostKey {root / 'ssh' / 'ssh_host_ed25519_key'}",
+            f"AuthorizedKeysFile {root / 'ssh' / 'authorized_keys'}",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin prohibit-password",
+            "StrictModes no",
+            "UsePAM no",
+            "MaxSessions 64",
+            "MaxStartups 64",
+            f"PidFile {root / 'run' / 'sshd.pid'}",
+            f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}"',
+            "",
+        ]))
+        py = shlex.quote(sys.executable)
+        scenario = shlex.quote(str(self.scenario_path(name)))
+        _write(root / "bin" / "nvidia-smi",
+               f"#!/bin/sh\n# lab test double of nvidia-smi (no GPU on this machine)\n"
+               f"NVIDIA_SMI_SCENARIO={scenario} exec {py} -m specconsole.lab.nvidia_smi \"$@\"\n", 0o755)
+        q_root = shlex.quote(str(root))
+        _write(root / "bin" / "systemctl",
+               f"#!/bin/sh\n# docker-systemctl-replacement, rooted at this lab host's folder\n"
+               f"exec {shlex.quote(_tool('systemctl3'))} --root={q_root} \"$@\"\n", 0o755)
+        _write(root / "bin" / "journalctl",
+               f"#!/bin/sh\nexec {shlex.quote(_tool('journalctl3'))} --root={q_root} \"$@\"\n", 0o755)
+        _write(root / "bin" / "sglang",
+               f"#!/bin/sh\n# SGLang-protocol simulator (SGLang's CUDA engine cannot run here)\n"
+               f"exec {py} -m specconsole.lab.sglang_sim \"$@\"\n", 0o755)
+        _write(root / "bin" / "torchrun", f"#!/bin/sh\nexec {py} -m torch.distributed.run \"$@\"\n", 0o755)
+
+    def sshd_config(self, name: str) -> Path:
+        return self.root(name) / "ssh" / "sshd_config"
+
+    def start_sshd(self, name: str) -> int:
+        h = self.state.hosts[name]
+        cfg = self.sshd_config(name)
+        log = self.root(name) / "logs" / "sshd.log"
+        pid_file = self.root(name) / "run" / "sshd.pid"
+        pid_file.unlink(missing_ok=True)
+        check = subprocess.run([_sshd(), "-t", "-f", str(cfg)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise LabError(f"lab: sshd config {cfg} is invalid: {check.stderr.strip()}")
+        # -D keeps sshd in the foreground of its own session, so its pid is ours to stop.
+        proc = subprocess.Popen([_sshd(), "-D", "-f", str(cfg), "-E", str(log)],
+                                start_new_session=True, stdin=subprocess.DEVNULL)
+        _wait_port(h.address, h.port, 10, f"sshd of {name}")
+        h.sshd_pid = proc.pid
+        self.state.save()
+        self.say(f"{name}: sshd listening on {h.address}:{h.port} (pid {proc.pid})")
+        return proc.pid
+
+    def stop_sshd(self, name: str) -> None:
+        """Stop a host's sshd and every session it serves (the host 'goes away')."""
+        h = self.state.hosts[name]
+        if h.sshd_pid and _alive(h.sshd_pid):
+            for pid in _descendants(h.sshd_pid):
+                _signal(pid, signal.SIGKILL)
+            _signal(h.sshd_pid, signal.SIGKILL)
+            _wait_dead([h.sshd_pid], 5)
+            self.say(f"{name}: sshd stopped (pid {h.sshd_pid})")
+        h.sshd_pid = None
+        self.state.save()
+
+    # -- GPUs ----------------------------------------------------------------------------------------
+    def _scenarios(self) -> None:
+        train = {
+            "driver": True,
+            "gpus": [_gpu(i, "NVIDIA H200", 143771, 700.0, idle_util=0) for i in range(TRAIN_GPUS)],
+            "workload": {"cmdline_contains": "specconsole.lab.trainer", "memory_mib_per_process": 61000,
+                         "utilization_pct": 97},
+        }
+        serve = {
+            "driver": True,
+            "gpus": [_gpu(i, "NVIDIA H200", 143771, 700.0, idle_util=0) for i in range(SERVE_GPUS)],
+            "workload": {"cmdline_contains": "specconsole.lab.sglang_sim", "memory_mib_per_process": 118000,
+                         "utilization_pct": 62},
+        }
+        for name, scenario in (("train", train), ("serve", serve)):
+            _write(self.scenario_path(name), json.dumps(scenario, indent=2) + "\n")
+
+    # -- training ------------------------------------------------------------------------------------
+    def start_trainer(self) -> int:
+        o = self.options
+        self.train_log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                "-m", "specconsole.lab.trainer", "--log", str(self.train_log),
+                "--steps", str(o.trainer_steps), "--epochs", str(o.trainer_epochs),
+                "--steps-per-epoch", str(o.trainer_steps_per_epoch),
+                "--step-seconds", str(o.trainer_step_seconds)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        out = open(self.root("train") / "logs" / "torchrun.out", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env, cwd=self.root("train"))
+        out.close()
+        self.trainer_pid_file.write_text(f"{proc.pid}\n")
+        self.state.trainer_pid = proc.pid
+        self.state.save()
+        self.say(f"train: started torchrun --nproc_per_node=2 (launcher pid {proc.pid}), log {self.train_log}")
+        return proc.pid
+
+    def stop_trainer(self) -> None:
+        pid = self.state.trainer_pid
+        if pid and _alive(pid):
+            tree = [pid, *_descendants(pid)]
+            _signal(pid, signal.SIGTERM)
+            if not _wait_dead(tree, 15):
+                for p in tree:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(p, signal.SIGKILL)
+                    _signal(p, signal.SIGKILL)
+                _wait_dead(tree, 5)
+            self.say(f"train: training job stopped (launcher pid {pid})")
+        self.state.trainer_pid = None
+        self.state.save()
+
+    # -- serving ----------------------------------------------------------------------------------------
+    def draft_model_dir(self) -> Path:
+        return self.root("serve") / "models" / DRAFT_MODEL
+
+    def target_model_dir(self) -> Path:
+        return self.root("serve") / "models" / TARGET_MODEL
+
+    def _serve_files(self) -> None:
+        _write(self.target_model_dir() / "config.json", json.dumps({
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+            "num_hidden_layers": 36, "vocab_size": 151936,
+        }, indent=2) + "\n")
+        _write(self.draft_model_dir() / "config.json", json.dumps({
+            "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 16,
+            "num_hidden_layers": 5, "hidden_size": 4096, "target_layer_ids": [1, 9, 17, 25, 33],
+            "mask_token_id": 151669, "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+        }, indent=2) + "\n")
+        self.write_unit()
+
+    def sglang_args(self) -> list[str]:
+        """The deployment the lab starts with: NEXTN with 4 draft tokens, as in the seed workflow."""
+        return [
+            "serve", "--model-path", str(self.target_model_dir()),
+            "--host", "127.0.0.1", "--port", str(self.state.sglang_port),
+            "--tp-size", str(SERVE_GPUS),
+            "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+            "--enable-metrics",
+        ]
+
+    def write_unit(self) -> None:
+        o = self.options
+        serve_bin = self.root("serve") / "bin"
+        exec_start = " \\\n    ".join(
+            [shlex.quote(str(serve_bin / "sglang"))]
+            + [" ".join(shlex.quote(a) for a in pair) for pair in _pairs(self.sglang_args())]
+        )
+        _write(self.unit_path, "\n".join([
+            "[Unit]",
+            "Description=SGLang server (specconsole lab: SGLang-protocol simulator)",
+            "After=network-online.target",
+            "",
+            "[Service]",
+            "Type=simple",
+            f"Environment=SGLANG_SIM_STARTUP_S={o.sglang_startup_s:g}",
+            f"Environment=SGLANG_SIM_LOAD={o.sglang_load_rps:g}",
+            f"Environment=SGLANG_SIM_STEP_MS={o.sglang_step_ms:g}",
+            f"Environment=PATH={serve_bin}:/usr/local/bin:/usr/bin:/bin",
+            f"ExecStart={exec_start}",
+            "Restart=no",
+            "TimeoutStopSec=20",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]))
+
+    def _systemctl(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.root("serve") / "bin" / "systemctl"), *args]
+        self.say(f"serve: $ systemctl {' '.join(args)}")
+        t0 = time.monotonic()
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and res.returncode != 0:
+            raise LabError(f"lab: `systemctl {' '.join(args)}` failed ({res.returncode}): {res.stderr.strip()[-300:]}")
+        self.say(f"serve:   exit {res.returncode} in {time.monotonic() - t0:.1f}s")
+        return res
+
+    # -- the console's config for this lab ------------------------------------------------------------
+    def write_config(self) -> Path:
+        o, s = self.options, self.state
+        t, v = s.hosts["train"], s.hosts["serve"]
+        key = self.keys / "client_ed25519"
+        text = f"""# specconsole config for the lab in {self.dir} (written by `specconsole lab up`)
+[console]
+refresh_s = 1.0
+audit_log = {_q(self.dir / "audit.log")}
+state_dir = {_q(self.dir / "console-state")}
+
+[ssh]
+known_hosts = {_q(self.keys / "known_hosts")}
+keepalive_s = 5
+connect_timeout_s = 5
+backoff_initial_s = 0.5
+backoff_max_s = 4
+
+[[hosts]]
+name = "train"
+role = "train"
+connect = "ssh"
+host = {_q(t.address)}
+port = {t.port}
+user = "root"
+identity_file = {_q(key)}
+
+[hosts.gpu]
+source = "nvidia-smi"
+interval_s = {o.gpu_interval_s}
+
+[hosts.training]
+log_path = {_q(self.train_log)}
+total_epochs = {o.trainer_epochs}
+steps_per_epoch = {o.trainer_steps_per_epoch}
+stall_warning_min = 2
+
+[hosts.training.kill]
+pid_file = {_q(self.trainer_pid_file)}
+pattern = "specconsole.lab.trainer"
+grace_s = 30
+
+[[hosts]]
+name = "serve"
+role = "serve"
+connect = "ssh"
+host = {_q(v.address)}
+port = {v.port}
+user = "root"
+identity_file = {_q(key)}
+
+[hosts.gpu]
+source = "nvidia-smi"
+interval_s = {o.gpu_interval_s}
+
+[hosts.sglang]
+unit = "sglang.service"
+base_url = "http://127.0.0.1:{s.sglang_port}"
+tunnel = {"true" if o.tunnel else "false"}
+interval_s = {o.sglang_interval_s}
+timeout_s = 3.0
+draft_model_path = {_q(self.draft_model_dir())}
+"""
+        _write(self.config_path, text)
+        return self.config_path
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def _q(value: object) -> str:
+    return json.dumps(str(value))  # a TOML basic string
+
+
+def _pairs(args: list[str]) -> list[list[str]]:
+    """Group ``serve --flag value --switch`` into lines for a readable ExecStart."""
+    out: list[list[str]] = []
+    for a in args:
+        if a.startswith("--") or not out:
+            out.append([a])
+        else:
+            out[-1].append(a)
+    return out
+
+
+def _gpu(index: int, name: str, total: int, limit: float, idle_util: int) -> dict[str, object]:
+    return {
+        "index": index, "name": name, "uuid": f"GPU-{index:08x}-lab0-4c1e-9d5a-{index:012x}",
+        "memory_total_mib": total, "memory_used_mib": 4, "power_limit_w": limit, "power_draw_w": 74.0,
+        "utilization_pct": idle_util, "memory_util_pct": 0, "temperature_c": 31,
+        "sm_clock_mhz": 345, "pstate": "P0",
+    }
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d.name))
+    return kids
+
+
+def _descendants(pid: int) -> list[int]:
+    kids = _children_map()
+    out, todo = [], [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _wait_dead(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return not any(_alive(p) for p in pids)
+
+
+def _kill_matching(needle: str) -> None:
+    me = os.getpid()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            if needle in cmdline and "specconsole lab" not in cmdline and "pytest" not in cmdline:
+                _signal(int(d.name), signal.SIGKILL)
+
+
+def _wait_port(address: str, port: int, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((address, port), 0.5):
+            return
+        time.sleep(0.05)
+    raise LabError(f"lab: {what} did not listen on {address}:{port} within {timeout:g}s; see its log")

@@ -1,0 +1,171 @@
+"""Watching hosts: one monitor per host runs that host's sources and keeps their latest samples.
+
+The TUI and ``specconsole status`` both read :class:`HostStatus` snapshots from a
+:class:`Fleet`; neither knows how the values were obtained. A slow or dead host only ages its
+own samples: every source runs in its own self-rescheduling task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specconsole.config import Config, HostConfig
+from specconsole.hosts import Connection, ConnState, Host, make_host
+from specconsole.samples import Sample
+
+SOURCE_KINDS = ("gpu", "sglang", "training")
+
+#: ``listener(host_name, kind)`` where kind is a source kind or "connection".
+ChangeListener = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """Everything known about one host right now; each value carries its own timestamp."""
+
+    name: str
+    role: str
+    address: str
+    connection: Connection
+    gpu: Sample[Any] | None
+    sglang: Sample[Any] | None
+    training: Sample[Any] | None
+    expected: tuple[str, ...]
+
+    @property
+    def reachable(self) -> bool:
+        return self.connection.state is ConnState.CONNECTED
+
+    @property
+    def complete(self) -> bool:
+        """Every source this host is configured for has published at least once."""
+        return all(getattr(self, kind) is not None for kind in self.expected)
+
+
+class HostMonitor:
+    """Runs one host's connection and sources; holds their latest samples."""
+
+    def __init__(self, config: HostConfig, host: Host | None = None) -> None:
+        self.config = config
+        self.host = host or make_host(config)
+        self.samples: dict[str, Sample[Any]] = {}
+        self._sources = self._build_sources()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listeners: list[ChangeListener] = []
+        self.errors: list[str] = []
+        self.host.add_listener(lambda _c: self._changed("connection"))
+
+    def _build_sources(self) -> dict[str, Any]:
+        from specconsole.sources.gpu import make_gpu_source
+
+        sources: dict[str, Any] = {}
+        gpu = make_gpu_source(self.host, self.config.gpu)
+        if gpu is not None:
+            sources["gpu"] = gpu
+        if self.config.serves and self.config.sglang:
+            from specconsole.sources.sglang import SglangSource
+
+            sources["sglang"] = SglangSource(self.host, self.config.sglang)
+        if self.config.trains and self.config.training:
+            from specconsole.sources.training import TrainingSource
+
+            sources["training"] = TrainingSource(self.host, self.config.training)
+        return sources
+
+    @property
+    def expected(self) -> tuple[str, ...]:
+        return tuple(k for k in SOURCE_KINDS if k in self._sources)
+
+    def subscribe(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self, kind: str) -> None:
+        for listener in list(self._listeners):
+            listener(self.config.name, kind)
+
+    def _publisher(self, kind: str) -> Callable[[Sample[Any]], None]:
+        def publish(sample: Sample[Any]) -> None:
+            self.samples[kind] = sample
+            self._changed(kind)
+
+        return publish
+
+    async def start(self) -> None:
+        await self.host.start()
+        for kind, source in self._sources.items():
+            self._tasks.append(asyncio.create_task(
+                self._run_source(kind, source), name=f"{self.config.name}-{kind}"))
+
+    async def _run_source(self, kind: str, source: Any) -> None:
+        """A source's loop; if it ever crashes, the error is kept and the loop restarted."""
+        while True:
+            try:
+                await source.run(self._publisher(kind))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # a bug in a source must not take the console down
+                self.errors.append(f"{self.config.name}: {kind} source failed: {err!r}; restarting")
+                self._changed("error")
+                await asyncio.sleep(2)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.host.close()
+
+    def status(self) -> HostStatus:
+        c = self.config
+        address = "local" if c.connect == "local" else f"{c.user + '@' if c.user else ''}{c.host}{':' + str(c.port) if c.port else ''}"
+        return HostStatus(
+            name=c.name, role=c.role, address=address, connection=self.host.status,
+            gpu=self.samples.get("gpu"), sglang=self.samples.get("sglang"),
+            training=self.samples.get("training"), expected=self.expected,
+        )
+
+
+class Fleet:
+    """All configured hosts' monitors."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.monitors = {h.name: HostMonitor(h) for h in config.hosts}
+
+    def subscribe(self, listener: ChangeListener) -> None:
+        for m in self.monitors.values():
+            m.subscribe(listener)
+
+    async def start(self) -> None:
+        for m in self.monitors.values():
+            await m.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(m.stop() for m in self.monitors.values()), return_exceptions=True)
+
+    def statuses(self) -> list[HostStatus]:
+        return [m.status() for m in self.monitors.values()]
+
+    async def first_snapshot(self, timeout: float) -> list[HostStatus]:
+        """Wait until every host is complete or known unreachable, at most ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            statuses = self.statuses()
+            if all(s.complete or _given_up(s) for s in statuses):
+                return statuses
+            await asyncio.sleep(0.05)
+        return self.statuses()
+
+
+def _given_up(status: HostStatus) -> bool:
+    return status.connection.state in (ConnState.DOWN, ConnState.CLOSED) or (
+        status.connection.state is ConnState.RECONNECTING and status.connection.attempt >= 1
+    )
