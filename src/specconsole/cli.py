@@ -67,6 +67,17 @@ async def _status(args: argparse.Namespace) -> int:
     return 0 if all(s.reachable for s in statuses) else 1
 
 
+# ------------------------------------------------------------------------------ console
+
+def _console(args: argparse.Namespace) -> int:
+    """The Textual console (imported only here: the headless commands never load Textual)."""
+    from specconsole.config import load_config
+    from specconsole.ui.app import run_console
+
+    config = load_config(resolve_config_path(args.config))
+    return run_console(config, read_only=args.read_only, theme=args.theme)
+
+
 # ---------------------------------------------------------------------------------- lab
 
 def _lab(args: argparse.Namespace) -> int:
@@ -107,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"specconsole {__version__}")
     p.add_argument("--config", help="console config (TOML); default: $SPECCONSOLE_CONFIG, "
                    "~/.config/specconsole/config.toml, or the running lab's")
+    p.add_argument("--read-only", action="store_true", help="console: remove every destructive binding")
+    p.add_argument("--theme", help="console: theme name from themes/ (t cycles them)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     st = sub.add_parser("status", help="print one snapshot of every host and exit (1 if a host is unreachable)")
@@ -137,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_status(args))
         if args.command == "lab":
             return _lab(args)
-        build_parser().print_help()
-        return 0
+        return _console(args)
     except SpecConsoleError as err:
         print(f"specconsole: {err}", file=sys.stderr)
         return err.exit_code

@@ -289,7 +289,8 @@ def _parse_host(r: _Reader, h: dict[str, Any], i: int, ssh_defaults: SshSettings
     _choice(r, f"{prefix}.role", host.role, ROLES)
     _choice(r, f"{prefix}.connect", host.connect, ("local", "ssh"))
     if host.connect == "ssh" and not host.host:
-        raise r.fail(f"{prefix}.host", "connect = \"ssh\" needs a host", 'add host = "name-or-address" (an ~/.ssh/config alias works)')
+        raise r.fail(f"{prefix}.host", "connect = \"ssh\" needs a host",
+                     'add host = "name-or-address" (an ~/.ssh/config alias works)')
     if host.port is not None and not 0 < host.port < 65536:
         raise r.fail(f"{prefix}.port", f"not a TCP port: {host.port}", "use 1-65535 (22 is SSH's default)")
     if host.trains and training is None:
@@ -311,7 +312,8 @@ def _check_patterns(r: _Reader, key: str, patterns: tuple[str, ...]) -> None:
         try:
             rx = re.compile(p)
         except re.error as err:
-            raise r.fail(key, f"invalid regular expression {p!r}: {err}", "fix the pattern (Python re syntax)") from None
+            raise r.fail(key, f"invalid regular expression {p!r}: {err}",
+                         "fix the pattern (Python re syntax)") from None
         if not rx.groupindex:
             raise r.fail(key, f"pattern {p!r} has no named groups", "name the fields, e.g. (?P<step>\\d+)")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specconsole.config import Config, HostConfig
+from specconsole.events import EventLog
 from specconsole.hosts import Connection, ConnState, Host, make_host
 from specconsole.samples import Sample
 
@@ -50,15 +51,17 @@ class HostStatus:
 class HostMonitor:
     """Runs one host's connection and sources; holds their latest samples."""
 
-    def __init__(self, config: HostConfig, host: Host | None = None) -> None:
+    def __init__(self, config: HostConfig, host: Host | None = None,
+                 events: EventLog | None = None) -> None:
         self.config = config
         self.host = host or make_host(config)
+        self.events = events or EventLog()
+        self._last_state: ConnState | None = None
         self.samples: dict[str, Sample[Any]] = {}
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
         self._listeners: list[ChangeListener] = []
-        self.errors: list[str] = []
-        self.host.add_listener(lambda _c: self._changed("connection"))
+        self.host.add_listener(self._connection_changed)
 
     def _build_sources(self) -> dict[str, Any]:
         from specconsole.sources.gpu import make_gpu_source
@@ -76,6 +79,18 @@ class HostMonitor:
 
             sources["training"] = TrainingSource(self.host, self.config.training)
         return sources
+
+    def _connection_changed(self, conn: Connection) -> None:
+        if conn.state is not self._last_state or conn.state is ConnState.RECONNECTING:
+            name = self.config.name
+            if conn.state is ConnState.CONNECTED:
+                self.events.emit(f"connected to {self.status().address}", name)
+            elif conn.state is ConnState.RECONNECTING and conn.next_retry_at is None:
+                self.events.emit(f"reconnecting (attempt {conn.attempt}): {conn.last_error}", name, "warning")
+            elif conn.state is ConnState.DOWN and self._last_state is not ConnState.DOWN:
+                self.events.emit(f"down: {conn.last_error}", name, "error")
+            self._last_state = conn.state
+        self._changed("connection")
 
     @property
     def expected(self) -> tuple[str, ...]:
@@ -110,8 +125,8 @@ class HostMonitor:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # a bug in a source must not take the console down
-                self.errors.append(f"{self.config.name}: {kind} source failed: {err!r}; restarting")
-                self._changed("error")
+                self.events.emit(f"{kind} source failed: {err!r}; restarting in 2 s",
+                                 self.config.name, "error")
                 await asyncio.sleep(2)
 
     async def stop(self) -> None:
@@ -125,7 +140,9 @@ class HostMonitor:
 
     def status(self) -> HostStatus:
         c = self.config
-        address = "local" if c.connect == "local" else f"{c.user + '@' if c.user else ''}{c.host}{':' + str(c.port) if c.port else ''}"
+        address = "local"
+        if c.connect == "ssh":
+            address = f"{c.user + '@' if c.user else ''}{c.host}{':' + str(c.port) if c.port else ''}"
         return HostStatus(
             name=c.name, role=c.role, address=address, connection=self.host.status,
             gpu=self.samples.get("gpu"), sglang=self.samples.get("sglang"),
@@ -136,9 +153,10 @@ class HostMonitor:
 class Fleet:
     """All configured hosts' monitors."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, events: EventLog | None = None) -> None:
         self.config = config
-        self.monitors = {h.name: HostMonitor(h) for h in config.hosts}
+        self.events = events or EventLog()
+        self.monitors = {h.name: HostMonitor(h, events=self.events) for h in config.hosts}
 
     def subscribe(self, listener: ChangeListener) -> None:
         for m in self.monitors.values():

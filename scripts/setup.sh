@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what specconsole and its lab need, saying what it installs:
+#   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv
+#   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx,
+#        prometheus_client, nvidia-ml-py, docker-systemctl-replacement, torch 2.13.0 CPU, pytest, ruff)
+# Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+[ -x /usr/sbin/sshd ] || command -v sshd >/dev/null 2>&1 || need_apt+=(openssh-server)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
+PY=${PYTHON:-python3}
+"$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "==> apt-get install ${need_apt[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+else
+  echo "==> system packages present (openssh-server, tmux)"
+fi
+
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+  echo "specconsole needs Python >= 3.11 (found $("$PY" --version)); set PYTHON=python3.11" >&2; exit 2; }
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv with $("$PY" --version)"
+  "$PY" -m venv .venv
+fi
+echo "==> pip install -e '.[dev]' into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import specconsole, textual, asyncssh, torch" || { echo "setup: install failed" >&2; exit 1; }
+echo "==> ready: .venv/bin/specconsole"

@@ -1,0 +1,65 @@
+"""The event log: a timestamped record of everything the console did and noticed.
+
+Connections, errors, actions and each of their steps become :class:`Event`s. The log keeps
+the recent ones in memory for the events pane, tells subscribers, and appends every event as
+one JSON line to the audit file (created on first write, never rewritten).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Level = Literal["info", "warning", "error", "step"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    message: str
+    source: str = "console"
+    level: Level = "info"
+    at: float = field(default_factory=time.time)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """``18:11:02 serve  connection lost`` (what the events pane shows)."""
+        return f"{time.strftime('%H:%M:%S', time.localtime(self.at))} {self.source:<8} {self.message}"
+
+
+class EventLog:
+    """In-memory ring of recent events plus an append-only JSONL audit file."""
+
+    def __init__(self, audit_path: str | os.PathLike[str] | None = None, keep: int = 1000) -> None:
+        self.audit_path = Path(audit_path).expanduser() if audit_path else None
+        self.recent: deque[Event] = deque(maxlen=keep)
+        self._subscribers: list[Callable[[Event], None]] = []
+        self.audit_error: str | None = None
+
+    def subscribe(self, callback: Callable[[Event], None]) -> None:
+        self._subscribers.append(callback)
+
+    def emit(self, message: str, source: str = "console", level: Level = "info", **data: Any) -> Event:
+        event = Event(message, source, level, data=data)
+        self.recent.append(event)
+        self._audit(event)
+        for callback in list(self._subscribers):
+            callback(event)
+        return event
+
+    def _audit(self, event: Event) -> None:
+        if self.audit_path is None:
+            return
+        try:
+            self.audit_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.audit_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(asdict(event), default=str) + "\n")
+        except OSError as err:
+            if self.audit_error is None:  # say it once, in the log itself
+                self.audit_error = f"audit log {self.audit_path} not writable: {err.strerror}; set console.audit_log"
+                self.recent.append(Event(self.audit_error, "console", "warning"))
