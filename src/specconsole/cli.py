@@ -11,10 +11,20 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specconsole import __version__
-from specconsole.errors import ConfigError, SpecConsoleError
+from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
+from specconsole.events import EventLog
+
+if TYPE_CHECKING:
+    from specconsole.actions.steps import StepEvent
+    from specconsole.config import Config, HostConfig
+    from specconsole.hosts import Host
+
+from specconsole.actions.steps import Steps
 
 
 def _say(message: str) -> None:
@@ -65,6 +75,81 @@ async def _status(args: argparse.Namespace) -> int:
     finally:
         await fleet.stop()
     return 0 if all(s.reachable for s in statuses) else 1
+
+
+# ------------------------------------------------------------------------------ actions
+
+def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
+    """Print each step event as it happens and append it to the audit log."""
+
+    def emit(event: StepEvent) -> None:
+        print(event.line(), flush=True)
+        level = {"failed": "error", "error": "error", "warning": "warning"}.get(event.kind, "step")
+        events.emit(event.message, event.host or event.action, level,  # type: ignore[arg-type]
+                    action=event.action, kind=event.kind, step=event.step, command=event.command,
+                    exit_status=event.exit_status, elapsed_s=round(event.elapsed_s, 3))
+
+    return emit
+
+
+async def _connected_host(config: Config, name: str | None, role: str, steps: Steps) -> tuple[HostConfig, Host]:
+    from specconsole.hosts import make_host
+
+    candidates = config.train_hosts if role == "train" else config.serve_hosts
+    if name:
+        candidates = tuple(h for h in candidates if h.name == name)
+    if not candidates:
+        which = f"host {name!r} with " if name else "a host with "
+        raise ConfigError(config.path, "hosts", f"no {which}role {role!r} configured",
+                          f"add role = \"{role}\" to a [[hosts]] table, or pass --host NAME")
+    if len(candidates) > 1 and not name:
+        names = ", ".join(h.name for h in candidates)
+        raise ConfigError(config.path, "hosts", f"several {role} hosts ({names})", "pick one with --host NAME")
+    cfg = candidates[0]
+    host = make_host(cfg)
+    steps.begin("connect", f"connecting to {cfg.name}")
+    await host.start()
+    ok = await host.wait_connected(cfg.ssh.connect_timeout_s + 2)
+    if not ok:
+        await host.close()
+        raise HostUnavailable(host.status.last_error or f"{cfg.name}: not reachable")
+    steps.info(f"connected to {cfg.name}")
+    return cfg, host
+
+
+def _confirm(question: str, assume_yes: bool) -> bool:
+    if assume_yes:
+        return True
+    if not sys.stdin.isatty():
+        raise SpecConsoleError(f"{question.rstrip('?')}: refusing without a terminal to confirm; pass --yes")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+async def _kill_training(args: argparse.Namespace) -> int:
+    from specconsole.actions.kill import find_job, kill_job
+    from specconsole.config import load_config
+
+    config = load_config(resolve_config_path(args.config))
+    events = EventLog(config.console.audit_log)
+    steps = Steps("kill-training", _step_printer(events))
+    cfg, host = await _connected_host(config, args.host, "train", steps)
+    try:
+        plan = await find_job(host, cfg, steps)
+        for line in plan.describe():
+            print(line, flush=True)
+        if plan.empty:
+            steps.done(plan.describe()[0])
+            return 0
+        if not _confirm(f"Kill these {len(plan.pids)} process(es) on {cfg.name}?", args.yes):
+            steps.done("cancelled by the operator; nothing was changed")
+            return 0
+        assert cfg.training is not None
+        grace = args.grace if args.grace is not None else cfg.training.kill.grace_s
+        outcome = await kill_job(host, plan, steps, grace_s=grace)
+        return outcome.exit_code
+    finally:
+        await host.close()
 
 
 # ------------------------------------------------------------------------------ console
@@ -130,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--timeout", type=float, default=15.0,
                     help="seconds to wait for the first complete snapshot (default 15)")
 
+    kt = sub.add_parser("kill-training", help="stop the training job: SIGTERM, wait, SIGKILL, verify GPUs released")
+    kt.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
+    kt.add_argument("--host", help="training host name (default: the only one)")
+    kt.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    kt.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config, 30)")
+
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
     up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
@@ -150,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_status(args))
         if args.command == "lab":
             return _lab(args)
+        if args.command == "kill-training":
+            return asyncio.run(_kill_training(args))
         return _console(args)
     except SpecConsoleError as err:
         print(f"specconsole: {err}", file=sys.stderr)

@@ -44,7 +44,7 @@ def format_age(seconds: float) -> str:
 
 def format_duration(seconds: float) -> str:
     """Coarse duration for ETAs: ``45s``, ``12m``, ``3h 10m``, ``7d 2h``."""
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:

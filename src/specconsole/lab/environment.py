@@ -267,6 +267,7 @@ class Lab:
             "UsePAM no",
             "MaxSessions 64",
             "MaxStartups 64",
+            "LogLevel VERBOSE",  # one "Starting session" line per remote command (bench counts them)
             f"PidFile {root / 'run' / 'sshd.pid'}",
             f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}"',
             "",
@@ -325,7 +326,8 @@ class Lab:
         train = {
             "driver": True,
             "gpus": [_gpu(i, "NVIDIA H200", 143771, 700.0, idle_util=0) for i in range(TRAIN_GPUS)],
-            "workload": {"cmdline_contains": "specconsole.lab.trainer", "memory_mib_per_process": 61000,
+            "workload": {"cmdline_contains": "specconsole.lab.trainer", "require_env": ["LOCAL_RANK"],
+                         "memory_mib_per_process": 61000,
                          "utilization_pct": 97},
         }
         serve = {

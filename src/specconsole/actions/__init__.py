@@ -1,0 +1,1 @@
+"""Actions (kill training, deploy): plain async code that reports every step as a StepEvent."""

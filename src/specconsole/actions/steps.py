@@ -1,0 +1,156 @@
+"""Step events: how every action says what it is doing.
+
+An action is plain async code that reports through a :class:`Steps`: each step starts with a
+line, each remote command is shown exactly as run with its exit status, first output line and
+elapsed time, and every wait longer than a second emits heartbeats saying what it waits for
+and what it last saw. The CLI prints the events; the TUI shows them in its events pane; both
+append them to the audit log through :class:`~specconsole.events.EventLog`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from specconsole.hosts import CommandResult, Host
+from specconsole.hosts.commands import Command, to_shell
+
+Kind = Literal["step", "command", "result", "heartbeat", "info", "warning", "error", "done", "failed"]
+
+#: A wait shows its first heartbeat after this long, then one every HEARTBEAT_EVERY_S.
+HEARTBEAT_AFTER_S = 1.0
+HEARTBEAT_EVERY_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    action: str
+    kind: Kind
+    message: str
+    step: str = ""
+    host: str = ""
+    command: str | None = None
+    exit_status: int | None = None
+    elapsed_s: float = 0.0     # since the action started
+    took_s: float | None = None  # this step or command's own duration
+    at: float = field(default_factory=time.time)
+
+    def line(self) -> str:
+        """One printable line, e.g. ``[  1.2s] serve: restart: $ systemctl restart sglang``."""
+        where = f"{self.host}: " if self.host else ""
+        step = f"{self.step}: " if self.step and self.kind not in ("step",) else ""
+        mark = {"command": "$ ", "heartbeat": "… ", "warning": "! ", "error": "✗ ", "failed": "✗ ",
+                "done": "✓ "}.get(self.kind, "")
+        took = f" ({self.took_s:.2f}s)" if self.took_s is not None and self.kind != "result" else ""
+        return f"[{self.elapsed_s:6.1f}s] {where}{step}{mark}{self.message}{took}"
+
+
+Emit = Callable[[StepEvent], None]
+
+
+class Steps:
+    """The reporter an action writes to. ``emit`` receives every :class:`StepEvent`."""
+
+    def __init__(self, action: str, emit: Emit, host: str = "") -> None:
+        self.action = action
+        self.emit_fn = emit
+        self.host = host
+        self.t0 = time.monotonic()
+        self.step = ""
+        self._step_t0 = self.t0
+        self.events: list[StepEvent] = []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def emit(self, kind: Kind, message: str, **extra: object) -> StepEvent:
+        event = StepEvent(self.action, kind, message, step=self.step, host=str(extra.pop("host", self.host)),
+                          elapsed_s=self.elapsed(), **extra)  # type: ignore[arg-type]
+        self.events.append(event)
+        self.emit_fn(event)
+        return event
+
+    def begin(self, step: str, message: str | None = None) -> None:
+        """Start a named step (closes the previous one's timing)."""
+        self.step = step
+        self._step_t0 = time.monotonic()
+        self.emit("step", message or step)
+
+    def step_took(self) -> float:
+        return time.monotonic() - self._step_t0
+
+    def info(self, message: str) -> None:
+        self.emit("info", message)
+
+    def warn(self, message: str) -> None:
+        self.emit("warning", message)
+
+    def error(self, message: str) -> None:
+        self.emit("error", message)
+
+    def done(self, message: str) -> None:
+        self.emit("done", message, took_s=self.elapsed())
+
+    def failed(self, message: str) -> None:
+        self.emit("failed", message, took_s=self.elapsed())
+
+    async def run(self, host: Host, cmd: Command, *, timeout: float = 30.0, input: str | None = None,
+                  summary: Callable[[CommandResult], str] | None = None) -> CommandResult:
+        """Run ``cmd`` on ``host``, reporting the exact command line, its outcome and duration.
+
+        A command that takes longer than a second gets heartbeats while it runs.
+        """
+        line = to_shell(cmd)
+        self.emit("command", line, command=line, host=host.name)
+        task = asyncio.ensure_future(host.run(cmd, timeout=timeout, input=input))
+        started = time.monotonic()
+        await self._beat_while(task, lambda: f"waiting for `{_short(line)}` on {host.name}", started)
+        res = task.result()
+        text = summary(res) if summary else _first_line(res)
+        self.emit("result", f"exit {res.exit_status} in {res.elapsed_s:.2f}s{': ' + text if text else ''}",
+                  command=line, exit_status=res.exit_status, took_s=res.elapsed_s, host=host.name)
+        return res
+
+    async def _beat_while(self, task: asyncio.Future[object], what: Callable[[], str], started: float) -> None:
+        next_beat = started + HEARTBEAT_AFTER_S
+        while not task.done():
+            await asyncio.wait({task}, timeout=max(0.0, next_beat - time.monotonic()))
+            if not task.done():
+                self.emit("heartbeat", f"{what()} ({time.monotonic() - started:.0f}s)")
+                next_beat = time.monotonic() + HEARTBEAT_EVERY_S
+
+    async def wait_for(self, what: str, probe: Callable[[], Awaitable[tuple[bool, str]]], *,
+                       timeout: float, every: float = 1.0) -> bool:
+        """Poll ``probe`` until it reports done or ``timeout`` passes, with heartbeats.
+
+        ``probe`` returns ``(done, seen)``; ``seen`` is what the heartbeat says it last saw.
+        """
+        started = time.monotonic()
+        next_beat = started + HEARTBEAT_AFTER_S
+        seen = ""
+        while True:
+            done, seen = await probe()
+            if done:
+                return True
+            now = time.monotonic()
+            if now - started >= timeout:
+                return False
+            if now >= next_beat:
+                self.emit("heartbeat", f"waiting for {what}: {now - started:.0f}s of {timeout:g}s; {seen}")
+                next_beat = now + HEARTBEAT_EVERY_S
+            await asyncio.sleep(min(every, max(0.05, timeout - (now - started))))
+
+
+def _short(line: str, width: int = 60) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _first_line(res: CommandResult) -> str:
+    text = (res.stdout.strip() or res.stderr.strip()).splitlines()
+    if not text:
+        return ""
+    more = f" (+{len(text) - 1} lines)" if len(text) > 1 else ""
+    return _short(text[0], 100) + more

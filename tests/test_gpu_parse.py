@@ -1,0 +1,182 @@
+"""Parsing nvidia-smi query output (formats.md is the authority) and classifying its failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from specconsole.sources.gpu import (
+    QUERY_APPS_FIELDS,
+    QUERY_GPU_FIELDS,
+    GpuParseError,
+    GpuState,
+    classify_failure,
+    is_header,
+    is_missing_cell,
+    parse_app_line,
+    parse_app_lines,
+    parse_gpu_line,
+    parse_gpu_lines,
+    split_cells,
+)
+
+UUID = "GPU-5c1e8a0b-1d2e-3f40-5a6b-7c8d9e0f1a2b"
+NOUNITS = f"0, {UUID}, NVIDIA H200, 97, 61, 131072, 143771, 612.40, 700.00, 71, 1980, P0"
+UNITS = f"0, {UUID}, NVIDIA H200, 97 %, 61 %, 131072 MiB, 143771 MiB, 612.40 W, 700.00 W, 71, 1980 MHz, P0"
+HEADER = (
+    "index, uuid, name, utilization.gpu [%], utilization.memory [%], memory.used [MiB], "
+    "memory.total [MiB], power.draw [W], power.limit [W], temperature.gpu, "
+    "clocks.current.sm [MHz], pstate"
+)
+DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+
+
+def test_query_fields_are_the_documented_ones():
+    assert ",".join(QUERY_GPU_FIELDS) == (
+        "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total,"
+        "power.draw,power.limit,temperature.gpu,clocks.sm,pstate"
+    )
+    assert ",".join(QUERY_APPS_FIELDS) == "pid,process_name,used_memory,gpu_uuid"
+
+
+@pytest.mark.parametrize("line", [NOUNITS, UNITS])
+def test_parse_full_row_with_and_without_units(line):
+    r = parse_gpu_line(line)
+    assert (r.index, r.uuid, r.name, r.pstate) == (0, UUID, "NVIDIA H200", "P0")
+    assert r.utilization_pct == 97.0 and r.memory_util_pct == 61.0
+    assert r.memory_used_mib == 131072.0 and r.memory_total_mib == 143771.0
+    assert r.power_draw_w == pytest.approx(612.40) and r.power_limit_w == 700.0
+    assert r.temperature_c == 71.0 and r.sm_clock_mhz == 1980.0
+    assert r.unavailable == {}
+    assert r.memory_used_pct == pytest.approx(100 * 131072 / 143771)
+
+
+def test_header_is_recognised_and_skipped():
+    assert is_header(HEADER, QUERY_GPU_FIELDS)
+    assert not is_header(NOUNITS, QUERY_GPU_FIELDS)
+    readings, garbage = parse_gpu_lines([HEADER, UNITS, "", NOUNITS.replace("0, ", "1, ", 1)])
+    assert [r.index for r in readings] == [0, 1] and garbage == 0
+    assert is_header("pid, process_name, used_gpu_memory [MiB], gpu_uuid", QUERY_APPS_FIELDS)
+
+
+@pytest.mark.parametrize("cell", ["[N/A]", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]"])
+def test_bracketed_cells_are_missing_never_zero(cell):
+    assert is_missing_cell(cell)
+    line = f"3, {UUID}, NVIDIA H200, {cell}, {cell}, 1024, 143771, {cell}, 700.00, 40, {cell}, {cell}"
+    r = parse_gpu_line(line)
+    assert r.index == 3 and r.memory_used_mib == 1024.0
+    assert r.utilization_pct is None and r.memory_util_pct is None
+    assert r.power_draw_w is None and r.sm_clock_mhz is None and r.pstate is None
+    assert r.unavailable == {
+        "utilization.gpu": cell, "utilization.memory": cell, "power.draw": cell,
+        "clocks.sm": cell, "pstate": cell,
+    }
+
+
+def test_na_power_with_units():
+    line = UNITS.replace("612.40 W", "[N/A]")
+    r = parse_gpu_line(line)
+    assert r.power_draw_w is None and r.unavailable == {"power.draw": "[N/A]"}
+    assert r.power_limit_w == 700.0
+
+
+def test_odd_numeric_cell_is_missing_not_a_crash():
+    r = parse_gpu_line(NOUNITS.replace(", 71, ", ", Unknown Error, "))
+    assert r.temperature_c is None and r.unavailable == {"temperature.gpu": "Unknown Error"}
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "Acme, Inc. Accelerator, rev 2",
+])
+def test_names_with_spaces_and_commas(name):
+    line = f"1, {UUID}, {name}, 5, 1, 10, 97887, 30.12, 300.00, 35, 210, P8"
+    r = parse_gpu_line(line)
+    assert r.name == name and r.index == 1 and r.uuid == UUID
+    assert r.memory_total_mib == 97887.0 and r.power_limit_w == 300.0 and r.pstate == "P8"
+
+
+def test_split_cells_from_both_ends():
+    assert split_cells("a, b, c, d", 3, 1) == ["a", "b, c", "d"]
+    with pytest.raises(GpuParseError):
+        split_cells("a, b", 3, 1)
+    with pytest.raises(GpuParseError):
+        split_cells("a, b, c, d", 3, None)
+
+
+def test_garbage_lines_are_counted_and_skipped():
+    lines = [
+        NOUNITS,
+        "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error",
+        "Failed to initialize NVML: Driver/library version mismatch",
+        "x, y, z",
+        DRIVER,
+        NOUNITS.replace("0, ", "zero, ", 1),  # right cell count, but no index
+        "\x1b[31m\x00\xff garbage",
+        NOUNITS.replace("0, ", "1, ", 1),
+    ]
+    readings, garbage = parse_gpu_lines(lines)
+    assert [r.index for r in readings] == [0, 1]
+    assert garbage == 6
+
+
+def test_compute_app_lines():
+    procs, garbage = parse_app_lines(
+        [
+            f"4242, /usr/bin/python3, 61000, {UUID}",
+            f"4243, /usr/bin/python3, 61000 MiB, {UUID}",
+            f"4244, [Insufficient Permissions], [N/A], {UUID}",
+            f"4245, /opt/my, app/bin/python, 12, {UUID}",
+            "No running processes found",
+        ],
+        uuid_to_index={UUID: 2},
+    )
+    assert garbage == 1
+    assert [(p.pid, p.name, p.used_memory_mib, p.gpu_uuid, p.gpu_index) for p in procs] == [
+        (4242, "/usr/bin/python3", 61000.0, UUID, 2),
+        (4243, "/usr/bin/python3", 61000.0, UUID, 2),
+        (4244, None, None, UUID, 2),
+        (4245, "/opt/my, app/bin/python", 12.0, UUID, 2),
+    ]
+    assert parse_app_line("7, python, 1, GPU-unknown").gpu_index is None
+    with pytest.raises(GpuParseError):
+        parse_app_line("pid, process_name, used_gpu_memory [MiB], gpu_uuid")
+
+
+def test_classify_no_driver():
+    state, msg = classify_failure(9, DRIVER + "\n", "gpu-box-1")
+    assert state is GpuState.NO_DRIVER
+    assert "gpu-box-1" in msg and "driver" in msg and "fix:" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("status,text", [
+    (127, "sh: 1: nvidia-smi: not found"),
+    (127, "bash: line 1: nvidia-smi: command not found"),
+    (127, ""),
+])
+def test_classify_not_installed(status, text):
+    state, msg = classify_failure(status, text, "h2")
+    assert state is GpuState.NOT_INSTALLED
+    assert "h2" in msg and "not installed" in msg and "fix:" in msg
+
+
+def test_classify_no_gpus():
+    state, msg = classify_failure(6, "No devices were found\n", "h3")
+    assert state is GpuState.NO_GPUS and "h3" in msg and "fix:" in msg
+
+
+def test_classify_other_errors_keep_the_first_line():
+    text = "\nFailed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.1\n"
+    state, msg = classify_failure(18, text, "h4", "nvidia-smi --query-gpu=index")
+    assert state is GpuState.ERROR
+    assert msg == (
+        "h4: `nvidia-smi --query-gpu=index` exited 18: "
+        "Failed to initialize NVML: Driver/library version mismatch"
+    )
+    state, msg = classify_failure(None, "", "h5")
+    assert state is GpuState.ERROR and "h5" in msg and "without an exit status" in msg
+    state, msg = classify_failure(-9, "", "h6")
+    assert state is GpuState.ERROR and msg.endswith("exited -9: no output")
