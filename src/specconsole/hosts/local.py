@@ -13,16 +13,22 @@ from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, to_shell
 
 
+#: Longest line a stream may deliver (tqdm redraws joined by \r can be long).
+STREAM_LINE_LIMIT = 1 << 20
+
+
 class LocalStream(StreamProcess):
     def __init__(self, proc: asyncio.subprocess.Process, command: str) -> None:
         self._proc = proc
         self.command = command
-        self._stderr = b""
+        self._stderr: list[bytes] = []
         self._stderr_task = asyncio.ensure_future(self._read_stderr())
 
     async def _read_stderr(self) -> None:
+        """Collect stderr as it is written (a stream's complaints show while it runs)."""
         assert self._proc.stderr is not None
-        self._stderr = await self._proc.stderr.read()
+        while chunk := await self._proc.stderr.read(4096):
+            self._stderr.append(chunk)
 
     async def lines(self) -> AsyncIterator[str]:
         assert self._proc.stdout is not None
@@ -37,7 +43,7 @@ class LocalStream(StreamProcess):
 
     @property
     def stderr_text(self) -> str:
-        return self._stderr.decode("utf-8", "replace")
+        return b"".join(self._stderr).decode("utf-8", "replace")
 
     async def close(self) -> None:
         if self._proc.returncode is None:
@@ -65,7 +71,7 @@ class LocalHost(Host):
         return await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", line,
             stdin=stdin, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True, limit=STREAM_LINE_LIMIT,
         )
 
     async def run(self, cmd: Command, *, timeout: float = 30.0, input: str | None = None) -> CommandResult:

@@ -136,7 +136,7 @@ class SshHost(Host):
                 f"{self.name}: {self.address} refused our key (permission denied); check "
                 f"identity_file / ssh-agent and the host's authorized_keys"
             ) from None
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             raise HostUnavailable(
                 f"{self.name}: {self.address} did not answer within "
                 f"{self.config.ssh.connect_timeout_s:g}s; check the address and network"

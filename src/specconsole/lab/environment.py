@@ -279,8 +279,10 @@ class Lab:
                f"NVIDIA_SMI_SCENARIO={scenario} exec {py} -m specconsole.lab.nvidia_smi \"$@\"\n", 0o755)
         q_root = shlex.quote(str(root))
         _write(root / "bin" / "systemctl",
-               f"#!/bin/sh\n# docker-systemctl-replacement, rooted at this lab host's folder\n"
-               f"exec {shlex.quote(_tool('systemctl3'))} --root={q_root} \"$@\"\n", 0o755)
+               f"#!/bin/sh\n# docker-systemctl-replacement rooted at this lab host's folder, with systemd's\n"
+               f"# own `cat`/`show -p FragmentPath` output (see specconsole.lab.systemctl_shim)\n"
+               f"exec {py} -m specconsole.lab.systemctl_shim {q_root} {shlex.quote(_tool('systemctl3'))} \"$@\"\n",
+               0o755)
         _write(root / "bin" / "journalctl",
                f"#!/bin/sh\nexec {shlex.quote(_tool('journalctl3'))} --root={q_root} \"$@\"\n", 0o755)
         _write(root / "bin" / "sglang",
@@ -344,7 +346,7 @@ class Lab:
         o = self.options
         self.train_log.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                "-m", "specconsole.lab.trainer", "--log", str(self.train_log),
+                "-m", "specconsole.lab.trainer", "--log-path", str(self.train_log),
                 "--steps", str(o.trainer_steps), "--epochs", str(o.trainer_epochs),
                 "--steps-per-epoch", str(o.trainer_steps_per_epoch),
                 "--step-seconds", str(o.trainer_step_seconds)]
