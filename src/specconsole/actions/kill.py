@@ -76,7 +76,7 @@ class JobPlan:
                 held = ", ".join(f"GPU {g.gpu_index if g.gpu_index is not None else '?'}: "
                                  f"{g.used_memory_mib:.0f} MiB" if g.used_memory_mib is not None else "n/a"
                                  for g in gpus)
-                lines.append(f"  {role:8} pid {p.pid:>7} pgid {p.pgid:>7}  {_short(p.args)}"
+                lines.append(f"  {role:8} pid {p.pid} (pgid {p.pgid})  {_short(p.args)}"
                              + (f"  [{held}]" if held else ""))
         total = sum(g.used_memory_mib or 0 for gs in self.gpu_procs.values() for g in gs)
         if total:

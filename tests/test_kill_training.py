@@ -1,0 +1,193 @@
+"""Kill training against the lab: a real torchrun job on a real sshd host, the GPU double watching it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specconsole.actions.kill import find_job, kill_job
+from specconsole.actions.steps import StepEvent, Steps
+from specconsole.config import load_config
+from specconsole.hosts.ssh import SshHost
+from specconsole.lab.environment import Lab, LabOptions
+
+
+@pytest.fixture
+def train_lab(tmp_path: Path) -> Iterator[Lab]:
+    lab = Lab(tmp_path / "lab", LabOptions(sglang=False, trainer=True, trainer_step_seconds=0.2))
+    lab.up()
+    try:
+        wait_workers(lab)
+        yield lab
+    finally:
+        lab.down()
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def wait_workers(lab: Lab, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = lab.state.trainer_pid
+        log = lab.train_log
+        if pid and len(children(pid)) >= 2 and log.exists() and '"step"' in log.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError("the lab's torchrun job did not start its 2 workers")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def connect(lab: Lab) -> tuple[SshHost, object]:
+    cfg = load_config(lab.config_path).host("train")
+    host = SshHost(cfg)
+    await host.start()
+    assert await host.wait_connected(15)
+    return host, cfg
+
+
+async def test_kill_stops_every_process_and_releases_gpu_memory(train_lab: Lab) -> None:
+    launcher = train_lab.state.trainer_pid
+    assert launcher
+    workers = children(launcher)
+    events: list[StepEvent] = []
+    host, cfg = await connect(train_lab)
+    try:
+        steps = Steps("kill-training", events.append, host="train")
+        plan = await find_job(host, cfg, steps, current_step=123)  # type: ignore[arg-type]
+        assert [p.pid for p in plan.launchers] == [launcher]
+        assert sorted(p.pid for p in plan.workers) == sorted(workers)
+        assert plan.found_by.startswith("pid file")
+        held = {g.gpu_index: g.used_memory_mib for gs in plan.gpu_procs.values() for g in gs}
+        assert held == {0: 61000, 1: 61000}  # LOCAL_RANK 0 and 1, as the double reports them
+        text = "\n".join(plan.describe())
+        assert f"pid {launcher}" in text and "at step 123" in text and "GPU 0: 61000 MiB" in text
+
+        outcome = await kill_job(host, plan, steps, grace_s=30)
+    finally:
+        await host.close()
+    assert outcome.ok, outcome.message
+    assert not any(alive(p) for p in [launcher, *workers])
+    before = {g: b for g, b, _ in outcome.memory}
+    after = {g: a for g, _, a in outcome.memory}
+    assert before[0] is not None and after[0] is not None and before[0] - after[0] == 61000
+    assert before[1] - after[1] == 61000  # type: ignore[operator]
+    assert after[2] == before[2]
+    lines = [e.line() for e in events]
+    commands = [e.command for e in events if e.kind == "command"]
+    assert f"kill -TERM {launcher}" in commands
+    assert "ps -eww -o pid=,ppid=,pgid=,stat=,args=" in commands
+    assert any("GPU 0: " in ln and "-> " in ln for ln in lines)
+    assert events[-1].kind == "done" and "3 process(es) ended at step 123" in events[-1].message
+    # every command is followed by its result with exit status and time
+    for i, e in enumerate(events):
+        if e.kind == "command":
+            nxt = next(x for x in events[i + 1:] if x.kind in ("result", "heartbeat"))
+            assert nxt.kind in ("result", "heartbeat")
+    results = [e for e in events if e.kind == "result"]
+    assert all(r.exit_status is not None and r.took_s is not None for r in results)
+
+
+async def test_sigkill_escalation_when_workers_ignore_sigterm(train_lab: Lab) -> None:
+    launcher = train_lab.state.trainer_pid
+    assert launcher
+    workers = children(launcher)
+    host, cfg = await connect(train_lab)
+    events: list[StepEvent] = []
+    try:
+        steps = Steps("kill-training", events.append, host="train")
+        plan = await find_job(host, cfg, steps)  # type: ignore[arg-type]
+        # stop the launcher from forwarding anything: the job now "survives" SIGTERM
+        for pid in [launcher, *workers]:
+            os.kill(pid, 19)  # SIGSTOP: a stopped process does not act on SIGTERM
+        outcome = await kill_job(host, plan, steps, grace_s=2)
+    finally:
+        await host.close()
+    assert outcome.ok, outcome.message
+    assert not any(alive(p) for p in [launcher, *workers])
+    kinds = [(e.step, e.kind) for e in events]
+    assert ("SIGKILL survivors", "step") in kinds
+    assert any(e.kind == "heartbeat" and "left" in e.message for e in events)
+    assert any(e.command and e.command.startswith("kill -KILL") for e in events)
+
+
+async def test_nothing_to_kill_is_a_clear_success(lab_hosts: Lab) -> None:
+    host, cfg = await connect(lab_hosts)
+    events: list[StepEvent] = []
+    try:
+        steps = Steps("kill-training", events.append, host="train")
+        plan = await find_job(host, cfg, steps)  # type: ignore[arg-type]
+        assert plan.empty
+        assert "does not exist" in plan.note or "no process" in plan.note
+        outcome = await kill_job(host, plan, steps)
+    finally:
+        await host.close()
+    assert outcome.ok and outcome.message.startswith("nothing to kill on train")
+
+
+async def test_pattern_finds_the_launcher_not_the_workers(train_lab: Lab) -> None:
+    cfg = load_config(train_lab.config_path).host("train")
+    assert cfg.training is not None
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(
+        cfg.training, kill=dataclasses.replace(cfg.training.kill, pid_file=None)))
+    host = SshHost(cfg)
+    await host.start()
+    assert await host.wait_connected(15)
+    try:
+        plan = await find_job(host, cfg, Steps("kill-training", lambda _e: None))
+    finally:
+        await host.close()
+    assert [p.pid for p in plan.launchers] == [train_lab.state.trainer_pid]
+    assert len(plan.workers) >= 2
+
+
+def test_cli_kill_training_prints_every_step(train_lab: Lab) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    res = subprocess.run([sys.executable, "-m", "specconsole", "kill-training", "--config",
+                          str(train_lab.config_path), "--yes"], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "$ kill -TERM" in out and "exit 0 in" in out and "training job stopped on train" in out
+    assert "Traceback" not in res.stderr
+    audit = [json.loads(x) for x in (train_lab.dir / "audit.log").read_text().splitlines()]
+    assert any(a["data"].get("command", "") and a["data"]["command"].startswith("kill -TERM") for a in audit)
+    # and again: nothing left
+    again = subprocess.run([sys.executable, "-m", "specconsole", "kill-training", "--config",
+                            str(train_lab.config_path), "--yes"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "nothing to kill" in again.stdout
+
+
+def test_cli_refuses_without_tty_or_yes(train_lab: Lab) -> None:
+    res = subprocess.run([sys.executable, "-m", "specconsole", "kill-training", "--config",
+                          str(train_lab.config_path)], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 1
+    assert "pass --yes" in res.stderr and "Traceback" not in res.stderr
+    assert alive(train_lab.state.trainer_pid or 0)
+
+
