@@ -152,6 +152,45 @@ async def _kill_training(args: argparse.Namespace) -> int:
         await host.close()
 
 
+async def _deploy(args: argparse.Namespace) -> int:
+    from specconsole.actions.deploy import DeployRequest, execute, preflight
+    from specconsole.config import load_config
+
+    config = load_config(resolve_config_path(args.config))
+    events = EventLog(config.console.audit_log)
+    steps = Steps("deploy", _step_printer(events))
+    request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
+                            draft_model=args.draft_model, health_timeout_s=args.health_timeout)
+    cfg, host = await _connected_host(config, args.host, "serve", steps)
+    try:
+        plan = await preflight(host, cfg, request, steps)
+        for line in plan.describe():
+            print(line, flush=True)
+        if not plan.changes:
+            steps.done("the unit already has these settings; nothing to deploy")
+            return 0
+        if args.dry_run:
+            steps.done("dry run: nothing on the host was changed")
+            return 0
+        if not _confirm(f"Deploy to {cfg.name} and restart {plan.unit.name}?", args.yes):
+            steps.done("cancelled by the operator; nothing was changed")
+            return 0
+        outcome = await execute(host, plan, steps, operator=_operator())
+        return outcome.exit_code
+    finally:
+        await host.close()
+
+
+def _operator() -> str:
+    import getpass
+    import socket
+
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:
+        return "unknown"
+
+
 # ------------------------------------------------------------------------------ console
 
 def _console(args: argparse.Namespace) -> int:
@@ -221,6 +260,17 @@ def build_parser() -> argparse.ArgumentParser:
     kt.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kt.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config, 30)")
 
+    dp = sub.add_parser("deploy", help="change SGLang's DFLASH draft window / algorithm, restart, verify, roll back")
+    dp.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
+    dp.add_argument("--host", help="serving host name (default: the only one)")
+    dp.add_argument("--algorithm", help="speculative algorithm, e.g. DFLASH or NEXTN (default: keep)")
+    dp.add_argument("--draft-window", metavar="N", help="DFLASH draft window (>= block size)")
+    dp.add_argument("--block-size", metavar="N", help="DFLASH block size (default: the draft model's)")
+    dp.add_argument("--draft-model", metavar="PATH", help="draft model path on the host (default: config)")
+    dp.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health (600)")
+    dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
+    dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
     up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
@@ -243,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             return _lab(args)
         if args.command == "kill-training":
             return asyncio.run(_kill_training(args))
+        if args.command == "deploy":
+            return asyncio.run(_deploy(args))
         return _console(args)
     except SpecConsoleError as err:
         print(f"specconsole: {err}", file=sys.stderr)

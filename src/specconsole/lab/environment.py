@@ -328,14 +328,16 @@ class Lab:
         train = {
             "driver": True,
             "gpus": [_gpu(i, "NVIDIA H200", 143771, 700.0, idle_util=0) for i in range(TRAIN_GPUS)],
-            "workload": {"cmdline_contains": "specconsole.lab.trainer", "require_env": ["LOCAL_RANK"],
+            # this lab's own workers only (other labs may run on the same machine)
+            "workload": {"cmdline_contains": str(self.train_log), "require_env": ["LOCAL_RANK"],
                          "memory_mib_per_process": 61000,
                          "utilization_pct": 97},
         }
         serve = {
             "driver": True,
             "gpus": [_gpu(i, "NVIDIA H200", 143771, 700.0, idle_util=0) for i in range(SERVE_GPUS)],
-            "workload": {"cmdline_contains": "specconsole.lab.sglang_sim", "memory_mib_per_process": 118000,
+            "workload": {"cmdline_contains": f"{self.root('serve') / 'models'}/", "all_gpus": True,
+                         "memory_mib_per_process": 118000,
                          "utilization_pct": 62},
         }
         for name, scenario in (("train", train), ("serve", serve)):

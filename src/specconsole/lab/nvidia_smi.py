@@ -46,6 +46,7 @@ temporary file, then ``os.replace``); an unparsable file keeps the previous scen
       "workload": {                         # optional: respond to REAL processes
         "cmdline_contains": "specconsole.lab.trainer",
         "require_env": ["LOCAL_RANK"],      # optional: only processes with these env vars
+        "all_gpus": false,                  # optional: each process holds every GPU (TP server)
         "memory_mib_per_process": 61000, "utilization_pct": 97, "memory_util_pct": 61,
         "power_draw_w": 612.4, "temperature_c": 71, "sm_clock_mhz": 1980, "pstate": "P0",
         "jitter": true
@@ -316,10 +317,13 @@ def build_state(data: dict[str, Any], tick: int) -> tuple[list[Row], list[Row]]:
         mem = workload.get("memory_mib_per_process", 1000)
         busy: dict[int, int] = {}
         for n, (pid, name, rank) in enumerate(scan_workload(workload)):
-            gpu = gpus[(rank if rank is not None else n) % len(gpus)]
-            apps.append({"pid": pid, "name": name, "used_memory_mib": mem,
-                         "gpu_uuid": gpu["uuid"], "_gpu": gpu})
-            busy[id(gpu)] = busy.get(id(gpu), 0) + 1
+            # all_gpus: one process holding every GPU (a tensor-parallel server); nvidia-smi then
+            # lists the pid once per GPU
+            on = gpus if workload.get("all_gpus") else [gpus[(rank if rank is not None else n) % len(gpus)]]
+            for gpu in on:
+                apps.append({"pid": pid, "name": name, "used_memory_mib": mem,
+                             "gpu_uuid": gpu["uuid"], "_gpu": gpu})
+                busy[id(gpu)] = busy.get(id(gpu), 0) + 1
         jit = bool(workload.get("jitter", True))
         for gpu in gpus:
             count = busy.get(id(gpu), 0)

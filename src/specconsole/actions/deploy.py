@@ -1,0 +1,471 @@
+"""The deploy wizard's core: preflight, plan, and a supervised execute with rollback.
+
+1. :func:`preflight` (fast, automatic): reads the unit (``systemctl cat``, env files,
+   drop-ins), discovers the installed SGLang's flags from its own ``--help``, reads the draft
+   model's ``config.json``, checks SGLang's constraints and the GPU memory, and returns a
+   :class:`DeployPlan` (current vs new flags, the drop-in diff, what restarts). Invalid input
+   is refused here, before anything on the host changes, naming SGLang's constraint.
+2. :func:`execute`: copies :mod:`specconsole.actions.deploy_agent` and the plan to the host
+   and starts it detached; the agent locks, backs up, writes a drop-in atomically,
+   daemon-reloads, restarts, waits for ``/health``, verifies ``/server_info``, smoke-tests and
+   rolls back on failure. The console follows the agent's progress file and, if its SSH
+   connection drops, reconnects and picks up where it was: the host ends on the old config or
+   on the new healthy one whether or not the operator is still connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import json
+import re
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specconsole.actions.sglang_flags import SERVER_INFO_KEYS, Argv, SglangCli, help_command
+from specconsole.actions.steps import Steps
+from specconsole.actions.unit import ServiceUnit, dropin_text, parse_unit, quote_exec
+from specconsole.config import HostConfig
+from specconsole.errors import HostUnavailable, SpecConsoleError
+from specconsole.hosts import Host
+
+AGENT_SOURCE = Path(__file__).with_name("deploy_agent.py")
+SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
+
+
+class DeployRefused(SpecConsoleError):
+    """Preflight refused the deploy; nothing on the host was changed."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    """What the operator asked for; ``None`` keeps the current value. Values are raw input."""
+
+    algorithm: str | None = None
+    draft_window: str | int | None = None
+    block_size: str | int | None = None
+    draft_model: str | None = None
+    health_timeout_s: float = 600.0
+    smoke_tokens: int = 64
+
+
+@dataclass
+class DeployPlan:
+    host: str
+    unit: ServiceUnit
+    cli: SglangCli
+    version: str | None
+    old_argv: list[str]
+    new_argv: list[str]
+    current: dict[str, str | None]
+    new: dict[str, str | None]
+    flag_names: dict[str, str]
+    old_dropin: str | None
+    new_dropin: str
+    expect: dict[str, Any]
+    base_url: str
+    draft_config: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+    gpu_lines: list[str] = field(default_factory=list)
+    health_timeout_s: float = 600.0
+    smoke_tokens: int = 64
+    id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
+
+    @property
+    def changes(self) -> bool:
+        return self.old_argv != self.new_argv
+
+    @property
+    def lock_path(self) -> str:
+        return f"{self.unit.dropin_dir}/.specconsole/deploy.lock"
+
+    @property
+    def workdir(self) -> str:
+        return f"{self.unit.dropin_dir}/.specconsole/{self.id}"
+
+    def diff(self) -> list[str]:
+        old = (self.old_dropin or "").splitlines(keepends=True)
+        new = self.new_dropin.splitlines(keepends=True)
+        path = self.unit.deploy_dropin
+        return [ln.rstrip("\n") for ln in difflib.unified_diff(
+            old, new, fromfile=path if self.old_dropin is not None else "/dev/null", tofile=path)]
+
+    def summary(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.new.items() if v is not None and self.current.get(k) != v]
+        return ", ".join(parts) or "no flag changes"
+
+    def describe(self) -> list[str]:
+        """Current vs new flags, the unit diff, what restarts and the expected downtime."""
+        lines = [f"deploy plan for {self.unit.name} on {self.host} (SGLang {self.version or 'version unknown'})",
+                 f"  {'setting':16} {'flag':38} {'current':>12} -> new"]
+        for concept, flag in self.flag_names.items():
+            cur, new = self.current.get(concept), self.new.get(concept)
+            if cur is None and new is None:
+                continue
+            mark = "" if cur == new else "   *"
+            lines.append(f"  {concept:16} {flag:38} {_show(cur):>12} -> {_show(new)}{mark}")
+        lines.append(f"  unit: {self.unit.main_path}; effective ExecStart from {self.unit.exec_start_file}")
+        lines.append(f"  change: drop-in {self.unit.deploy_dropin}")
+        lines += ["    " + ln for ln in self.diff()] or ["    (no change)"]
+        lines.append(f"  restarts: {self.unit.name} (every request in flight is dropped); expected downtime: "
+                     f"the server's start-up time, health timeout {self.health_timeout_s:g}s, then rollback")
+        lines += [f"  {g}" for g in self.gpu_lines]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return lines
+
+
+@dataclass
+class DeployOutcome:
+    outcome: str   # deployed | rolled_back | rollback_failed | locked | unchanged | crashed | dry_run
+    message: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("deployed", "dry_run")
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else (2 if self.outcome == "locked" else 1)
+
+
+# ----------------------------------------------------------------------------------- input
+
+def _positive_int(raw: str | int | None, what: str, flag: str) -> int | None:
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise DeployRefused(f"{what} must be a whole number, got {raw!r} (SGLang's {flag} takes an int)")
+    value = int(text)
+    if value <= 0:
+        raise DeployRefused(f"{what} must be positive, got {value} (SGLang refuses {flag} <= 0)")
+    return value
+
+
+async def _read_text(host: Host, steps: Steps, path: str) -> str | None:
+    res = await steps.run(host, ["cat", "--", path])
+    return res.stdout if res.ok else None
+
+
+# ------------------------------------------------------------------------------- preflight
+
+async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: Steps) -> DeployPlan:
+    """Read the deployment, compute the new one, refuse anything SGLang would refuse."""
+    if cfg.sglang is None:
+        raise DeployRefused(f"{cfg.name}: no [hosts.sglang] configured; nothing to deploy")
+    unit_name = cfg.sglang.unit
+    window_in = _positive_int(request.draft_window, "the draft window", "--speculative-draft-window-size")
+    block_in = _positive_int(request.block_size, "the block size", "--speculative-dflash-block-size")
+    algo_in = request.algorithm.upper() if request.algorithm else None
+
+    steps.begin("read the unit", f"reading {unit_name}")
+    cat = await steps.run(host, ["systemctl", "cat", unit_name])
+    if not cat.ok:
+        raise DeployRefused(f"{cfg.name}: `systemctl cat {unit_name}` failed: "
+                            f"{(cat.stderr or cat.stdout).strip()[:200]}; check sglang.unit in the config")
+    first = parse_unit(unit_name, cat.stdout)
+    env_texts: dict[str, str] = {}
+    for env_file in first.environment_files:
+        text = await _read_text(host, steps, env_file.lstrip("-"))
+        if text is None and not env_file.startswith("-"):
+            raise DeployRefused(f"{cfg.name}: EnvironmentFile {env_file} of {unit_name} cannot be read")
+        env_texts[env_file.lstrip("-")] = text or ""
+    unit = parse_unit(unit_name, cat.stdout, env_texts) if env_texts else first
+    steps.info(f"{len(unit.files)} file(s); ExecStart ({len(unit.exec_start)} words) from {unit.exec_start_file}")
+    warnings: list[str] = []
+    if unit.expanded_vars:
+        warnings.append(f"ExecStart uses ${', $'.join(sorted(set(unit.expanded_vars)))}; the drop-in writes "
+                        f"the expanded flags explicitly")
+
+    steps.begin("SGLang flags", "asking the installed SGLang which flags it has")
+    argv0 = Argv.parse(unit.exec_start, SglangCli())
+    help_res = await steps.run(host, help_command(argv0.prefix), timeout=180,
+                               summary=lambda r: f"{r.stdout.count(chr(10))} lines of --help")
+    cli = SglangCli.from_help(help_res.stdout + "\n" + help_res.stderr)
+    if not cli.flags:
+        raise DeployRefused(f"{cfg.name}: `{shlex.join(help_command(argv0.prefix))}` printed no options "
+                            f"(exit {help_res.exit_status}); is ExecStart's program SGLang?")
+    names = {c: cli.name_for(c) for c in ("algorithm", "draft_model", "block_size", "num_draft_tokens",
+                                           "draft_window", "num_steps", "eagle_topk")}
+    flag_names = {c: n for c, n in names.items() if n}
+    steps.info("flag names: " + ", ".join(f"{c} {n}" for c, n in flag_names.items()))
+    args = Argv.parse(unit.exec_start, cli)
+
+    def current(concept: str) -> str | None:
+        n = names.get(concept)
+        return args.get(cli.aliases(n)) if n else None
+
+    cur = {c: current(c) for c in names}
+    version = await _server_version(host, cfg, steps)
+
+    algo = algo_in or (cur["algorithm"].upper() if cur["algorithm"] else None)
+    if (algo_in or window_in or block_in or request.draft_model) and algo is None:
+        raise DeployRefused("no speculative algorithm in the unit; pass --algorithm DFLASH (or NEXTN)")
+    for concept, given in (("draft_window", window_in), ("block_size", block_in), ("algorithm", algo_in)):
+        if given is not None and concept not in flag_names:
+            raise DeployRefused(f"SGLang {version or ''} on {cfg.name} has no flag for the {concept.replace('_', ' ')} "
+                                f"(looked for {', '.join(_candidates(concept))} in its --help)".replace("  ", " "))
+
+    new = dict(cur)
+    draft_cfg: dict[str, Any] | None = None
+    if algo == "DFLASH":
+        steps.begin("draft model", "reading the draft model's config.json")
+        draft = request.draft_model or cur["draft_model"] or cfg.sglang.draft_model_path
+        if not draft:
+            raise DeployRefused("DFLASH needs a draft model: SGLang requires --speculative-draft-model-path; "
+                                "pass --draft-model PATH or set sglang.draft_model_path")
+        text = await _read_text(host, steps, f"{draft.rstrip('/')}/config.json")
+        if text is None:
+            raise DeployRefused(f"draft model {draft} has no config.json on {cfg.name}; check the path "
+                                f"(SGLang requires --speculative-draft-model-path to be a model directory)")
+        try:
+            draft_cfg = json.loads(text)
+        except ValueError:
+            raise DeployRefused(f"{draft}/config.json on {cfg.name} is not valid JSON") from None
+        arch = draft_cfg.get("architectures") or []
+        model_block = draft_cfg.get("block_size") or (draft_cfg.get("dflash_config") or {}).get("block_size")
+        steps.info(f"architectures {arch}, block_size {model_block}")
+        if "DFlashDraftModel" not in arch:
+            warnings.append(f"{draft} is not a DFlashDraftModel (architectures {arch})")
+        block = block_in or _int(cur["block_size"]) or (_int(cur["num_draft_tokens"]) if cur["algorithm"] and
+                                                         cur["algorithm"].upper() == "DFLASH" else None) \
+            or (int(model_block) if model_block else None)
+        if block is None:
+            raise DeployRefused("no block size: pass --block-size N (the draft model's config.json has none)")
+        if model_block and block != int(model_block):
+            warnings.append(f"block size {block} differs from the draft model's block_size {model_block}")
+        window = window_in or _int(cur["draft_window"])
+        steps.begin("constraints", "checking SGLang's DFLASH constraints")
+        if window is not None and window < block:
+            raise DeployRefused(
+                f"draft window {window} is smaller than the block size {block}: SGLang requires "
+                f"--speculative-draft-window-size >= the DFLASH block size (--speculative-num-draft-tokens); "
+                f"use a window of at least {block}")
+        new.update(algorithm="DFLASH", draft_model=draft, draft_window=str(window) if window else None)
+        if "block_size" in flag_names:
+            new["block_size"] = str(block)
+            new["num_draft_tokens"] = str(block) if cur["num_draft_tokens"] is not None else None
+        else:
+            new["num_draft_tokens"] = str(block)
+        new["num_steps"] = None  # DFLASH forces both to 1; leaving them would only warn
+        new["eagle_topk"] = None
+        steps.info(f"block {block}, window {window}: draft window >= block size holds; draft path exists")
+    else:
+        if window_in is not None:
+            new["draft_window"] = str(window_in)
+        if block_in is not None:
+            raise DeployRefused("--block-size applies to DFLASH only; pass --algorithm DFLASH")
+        if algo_in:
+            new["algorithm"] = algo_in
+        if request.draft_model:
+            new["draft_model"] = request.draft_model
+
+    for concept, value in new.items():
+        n = names.get(concept)
+        if not n:
+            continue
+        if value is None:
+            args.remove(cli.aliases(n))
+        elif value != cur.get(concept) or args.get(cli.aliases(n)) is None:
+            args.set(n, value, cli.aliases(n))
+    new_argv = args.argv()
+
+    gpu_lines = await _gpu_free(host, steps)
+    steps.begin("lock", "checking no other deploy is running")
+    plan = DeployPlan(
+        host=cfg.name, unit=unit, cli=cli, version=version, old_argv=unit.exec_start, new_argv=new_argv,
+        current=cur, new=new, flag_names=flag_names, old_dropin=unit.file_text(unit.deploy_dropin),
+        new_dropin="", expect={}, base_url=cfg.sglang.base_url, draft_config=draft_cfg, warnings=warnings,
+        gpu_lines=gpu_lines, health_timeout_s=request.health_timeout_s, smoke_tokens=request.smoke_tokens)
+    holder = await _lock_holder(host, plan, steps)
+    if holder:
+        raise DeployRefused(f"another deploy is running on {cfg.name}: {holder}; wait for it or check "
+                            f"{plan.lock_path}")
+    plan.new_dropin = dropin_text(new_argv, f"deploy {plan.id}: {plan.summary()}")
+    plan.expect = {SERVER_INFO_KEYS[c]: _typed(new[c]) for c in SERVER_INFO_KEYS
+                   if new.get(c) is not None and c in names and names[c]}
+    if algo == "DFLASH" and new.get("block_size"):
+        plan.expect["speculative_num_draft_tokens"] = int(new["block_size"] or 0)
+    steps.info(f"plan: {plan.summary()}")
+    return plan
+
+
+def _candidates(concept: str) -> tuple[str, ...]:
+    from specconsole.actions.sglang_flags import CONCEPTS
+
+    return CONCEPTS[concept]
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.strip().lstrip("+").isdigit() else None
+
+
+def _typed(value: str | None) -> Any:
+    return int(value) if value is not None and value.isdigit() else value
+
+
+def _show(value: str | None) -> str:
+    if value is None:
+        return "-"
+    if value == "":
+        return "on"
+    return value if len(value) <= 28 else "…" + value[-27:]
+
+
+async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | None:
+    """The running server's version from /server_info (None when it does not answer)."""
+    from specconsole.sources.sglang import SglangClient
+
+    assert cfg.sglang is not None
+    url = cfg.sglang.base_url
+    try:
+        if cfg.sglang.tunnel:
+            from urllib.parse import urlsplit
+
+            u = urlsplit(url)
+            local = await host.reach(u.hostname or "127.0.0.1", u.port or 80)
+            url = f"{u.scheme}://{local[0]}:{local[1]}"
+        async with SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key) as client:
+            info = await client.server_info()
+    except Exception as err:
+        steps.warn(f"SGLang version unknown: /server_info did not answer ({_one_line(err)})")
+        return None
+    steps.info(f"running server: SGLang {info.version}, {info.algorithm or 'no speculation'}")
+    return info.version
+
+
+async def _gpu_free(host: Host, steps: Steps) -> list[str]:
+    res = await steps.run(host, ["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
+                                 "--format=csv,noheader,nounits"])
+    if not res.ok:
+        steps.warn("GPU memory unknown (nvidia-smi failed)")
+        return ["GPU memory: unknown (nvidia-smi failed)"]
+    out = []
+    for line in res.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and all(p.replace(".", "").isdigit() for p in parts):
+            used, total = float(parts[1]), float(parts[2])
+            out.append(f"GPU {parts[0]}: {total - used:.0f} MiB free of {total:.0f} MiB "
+                       f"(the restart frees what the old server holds)")
+    return out
+
+
+async def _lock_holder(host: Host, plan: DeployPlan, steps: Steps) -> str | None:
+    res = await steps.run(host, ["cat", "--", plan.lock_path])
+    if not res.ok:
+        steps.info("no deploy lock is held")
+        return None
+    try:
+        holder = json.loads(res.stdout or "{}")
+    except ValueError:
+        return None
+    pid = holder.get("pid")
+    if isinstance(pid, int) and (await steps.run(host, ["kill", "-0", str(pid)])).ok:
+        return f"deploy {holder.get('id')} (pid {pid})"
+    steps.warn(f"stale deploy lock {plan.lock_path} (pid {pid} is gone); the agent will replace it")
+    return None
+
+
+def _one_line(err: BaseException) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+# --------------------------------------------------------------------------------- execute
+
+def agent_plan(plan: DeployPlan, operator: str = "") -> dict[str, Any]:
+    base = plan.base_url.rstrip("/")
+    return {
+        "id": plan.id, "unit": plan.unit.name, "dropin_path": plan.unit.deploy_dropin,
+        "dropin_text": plan.new_dropin, "workdir": plan.workdir, "lock_path": plan.lock_path,
+        "health_url": f"{base}/health", "server_info_url": f"{base}/server_info",
+        "generate_url": f"{base}/generate", "expect": plan.expect, "health_timeout_s": plan.health_timeout_s,
+        # the old config is known to start: give its restart at least 10 minutes
+        "rollback_health_timeout_s": max(600.0, plan.health_timeout_s),
+        "smoke": {"text": SMOKE_PROMPT, "max_new_tokens": plan.smoke_tokens}, "summary": plan.summary(),
+        "operator": operator, "exec_start": quote_exec(plan.new_argv),
+    }
+
+
+def _agent_python(plan: DeployPlan) -> str:
+    prog = plan.old_argv[0] if plan.old_argv else ""
+    return prog if re.search(r"(^|/)python[0-9.]*$", prog) else "python3"
+
+
+async def execute(host: Host, plan: DeployPlan, steps: Steps, operator: str = "") -> DeployOutcome:
+    """Start the host agent and follow it to its final event (re-attaching after a drop)."""
+    steps.begin("upload", f"copying the deploy agent and plan to {plan.workdir}")
+    await steps.run(host, ["mkdir", "-p", plan.workdir])
+    for name, text in (("agent.py", AGENT_SOURCE.read_text()),
+                       ("plan.json", json.dumps(agent_plan(plan, operator), indent=2))):
+        res = await steps.run(host, ["sh", "-c", 'cat > "$1"', "sh", f"{plan.workdir}/{name}"], input=text)
+        res.check(host.name)
+    progress = f"{plan.workdir}/progress.jsonl"
+    steps.begin("start the agent", "starting the supervised restart-verify-rollback step on the host")
+    # only the agent goes to the background (not the whole list), with every fd redirected,
+    # so this command returns at once and the agent outlives the SSH session
+    launch = (f"cd {shlex.quote(plan.workdir)} && : > progress.jsonl && "
+              f"{{ setsid nohup {shlex.quote(_agent_python(plan))} agent.py plan.json progress.jsonl "
+              f"> agent.out 2>&1 < /dev/null & echo $!; }}")
+    res = await steps.run(host, launch)
+    res.check(host.name)
+    steps.info(f"agent running on {host.name} as pid {res.stdout.strip()}; following {progress}")
+    return await follow(host, plan, progress, steps)
+
+
+async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> DeployOutcome:
+    """Relay the agent's events as steps until its final event; survive dropped connections."""
+    seen = 0
+    events: list[dict[str, Any]] = []
+    drops = 0
+    while True:
+        try:
+            async with host.stream(["tail", "-n", "+1", "-F", progress]) as stream:
+                async for line in stream.lines():
+                    try:
+                        ev = json.loads(line)
+                    except ValueError:
+                        continue
+                    if ev.get("seq", 0) <= seen:
+                        continue
+                    seen = ev["seq"]
+                    events.append(ev)
+                    _relay(steps, ev, host.name)
+                    if ev.get("kind") == "final":
+                        return DeployOutcome(ev.get("outcome", "crashed"), ev.get("message", ""), events)
+            raise HostUnavailable(f"{host.name}: the progress stream ended")
+        except HostUnavailable as err:
+            drops += 1
+            steps.warn(f"lost the connection to {host.name} ({_one_line(err)}); the deploy continues on the "
+                       f"host; reconnecting to follow it")
+            started = time.monotonic()
+            while not await host.wait_connected(2.0):
+                steps.emit("heartbeat", f"waiting to reconnect to {host.name} for "
+                           f"{time.monotonic() - started:.0f}s; last seen: {host.status.last_error}")
+            steps.info(f"reconnected to {host.name}; re-attaching to the deploy (after event {seen})")
+            with contextlib.suppress(Exception):
+                await asyncio.sleep(0.2)
+
+
+def _relay(steps: Steps, ev: dict[str, Any], host: str) -> None:
+    kind = ev.get("kind", "info")
+    message = ev.get("message", "")
+    if kind == "step":
+        steps.begin(ev.get("step") or message, message)
+        return
+    if ev.get("step"):
+        steps.step = ev["step"]
+    if kind == "final":
+        outcome = ev.get("outcome")
+        (steps.done if outcome == "deployed" else steps.failed)(message)
+        return
+    steps.emit(kind if kind in ("command", "result", "heartbeat", "info", "warning", "error") else "info",
+               message, command=ev.get("command"), exit_status=ev.get("exit_status"), took_s=ev.get("took_s"),
+               host=host)
