@@ -1,0 +1,403 @@
+"""The SGLang source and client: a real simulator process and tiny loopback HTTP servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specconsole.config import HostConfig, SglangConfig
+from specconsole.hosts.local import LocalHost
+from specconsole.samples import Sample
+from specconsole.sources.sglang import (
+    ServerState,
+    SglangClient,
+    SglangError,
+    SglangSnapshot,
+    SglangSource,
+    parse_metrics,
+)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_host() -> LocalHost:
+    return LocalHost(HostConfig(name="gpu1", role="serve"))
+
+
+def cfg(url: str, **kw: object) -> SglangConfig:
+    return SglangConfig(base_url=url, interval_s=0.2, timeout_s=0.5, **kw)  # type: ignore[arg-type]
+
+
+Route = Callable[[], tuple[int, str, bytes]]
+
+
+class TinyServer:
+    """A loopback HTTP server answering from ``routes`` (path -> (status, type, body))."""
+
+    def __init__(self, routes: dict[str, Route], default: Route | None = None) -> None:
+        outer = self
+        self.routes = routes
+        self.default = default or (lambda: (404, "application/json", b'{"detail":"Not Found"}'))
+        self.hits: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                outer.hits.append(self.path)
+                status, ctype, body = outer.routes.get(self.path, outer.default)()
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def tiny() -> Iterator[Callable[..., TinyServer]]:
+    servers: list[TinyServer] = []
+
+    def make(routes: dict[str, Route], default: Route | None = None) -> TinyServer:
+        servers.append(TinyServer(routes, default))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def ok_json(obj: object) -> Route:
+    return lambda: (200, "application/json", json.dumps(obj).encode())
+
+
+HEALTH_OK: Route = lambda: (200, "text/plain", b"")  # noqa: E731
+INFO = {"version": "0.5.23", "model_path": "Qwen/Qwen3-8B", "speculative_algorithm": "DFLASH",
+        "speculative_draft_model_path": "/models/d", "speculative_num_draft_tokens": 16,
+        "speculative_dflash_block_size": None, "speculative_draft_window_size": 32,
+        "internal_states": [{"avg_spec_accept_length": 6.0}, {"avg_spec_accept_length": 5.0}]}
+
+
+async def collect(source: SglangSource, until: Callable[[SglangSnapshot], bool],
+                  timeout: float = 15.0) -> list[Sample[SglangSnapshot]]:
+    """Run ``source`` until a published snapshot satisfies ``until``; return all samples."""
+    samples: list[Sample[SglangSnapshot]] = []
+    done = asyncio.Event()
+
+    def publish(sample: Sample[SglangSnapshot]) -> None:
+        samples.append(sample)
+        if until(sample.value):
+            done.set()
+
+    task = asyncio.create_task(source.run(publish))
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    except TimeoutError:
+        last = samples[-1].value if samples else None
+        raise AssertionError(f"no matching snapshot in {timeout}s; last: {last}") from None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return samples
+
+
+def start_sim(tmp_path: Path, *args: str,
+              startup_s: str = "1.0") -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = dict(os.environ, SGLANG_SIM_STARTUP_S=startup_s, SGLANG_SIM_STEP_MS="1")
+    err = (tmp_path / "sim.err").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",
+                             *args, "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=err, env=env)
+    err.close()
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        assert proc.poll() is None, (tmp_path / "sim.err").read_text()
+        try:
+            httpx.get(f"{url}/health", timeout=2)
+            return proc, url
+        except httpx.TransportError:
+            time.sleep(0.03)
+    proc.kill()
+    raise AssertionError("simulator did not listen")
+
+
+# -- against the simulator ----------------------------------------------------------------
+async def test_source_follows_a_simulator_start_serve_and_stop(tmp_path: Path) -> None:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps(
+        {"architectures": ["DFlashDraftModel"], "block_size": 16}))
+    proc, url = start_sim(tmp_path, "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm",
+                          "DFLASH", "--speculative-draft-model-path", str(draft),
+                          "--speculative-draft-window-size", "16", "--enable-metrics")
+    try:
+        source = SglangSource(local_host(), cfg(url), info_refresh_s=0.5)
+        samples = await collect(source, lambda s: s.state is ServerState.HEALTHY)
+        states = [s.value.state for s in samples]
+        assert states[0] is ServerState.STARTING and samples[0].value.status_code == 503
+        snap = samples[-1].value
+        assert snap.error is None and snap.status_code == 200
+        assert snap.info is not None and snap.info.algorithm == "DFLASH"
+        assert snap.info.block_size == 16 and snap.info.num_draft_tokens == 16
+        assert snap.info.draft_window == 16 and snap.info.draft_model_path == str(draft)
+        assert snap.info.version == "0.5.23" and snap.info.model_path == "Qwen/Qwen3-8B"
+        assert snap.metrics is not None and snap.metrics.tokens_per_s == 0.0  # idle
+        assert all(s.interval == 0.2 for s in samples)
+        assert abs(samples[-1].at - time.time()) < 5
+
+        async with SglangClient(url, timeout_s=5) as client:
+            out = await client.generate("Explain DFlash in one line.", 128)
+        assert out["meta_info"]["completion_tokens"] > 0
+        samples = await collect(
+            source, lambda s: bool(s.metrics and s.metrics.tokens_per_s
+                                   and s.info and s.info.avg_accept_length))
+        snap = samples[-1].value
+        assert snap.state is ServerState.HEALTHY
+        assert snap.metrics is not None and snap.metrics.tokens_per_s > 0
+        assert snap.metrics.generation_tokens_total >= out["meta_info"]["completion_tokens"]
+        assert snap.metrics.spec_accept_length is not None and snap.metrics.spec_accept_length > 1
+        assert snap.info is not None and snap.info.avg_accept_length > 1
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        samples = await collect(source, lambda s: s.state is ServerState.DOWN)
+        down = samples[-1].value
+        assert down.info is None and down.metrics is None
+        assert down.error is not None and f"nothing listening at {url}" in down.error
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# -- against failures ---------------------------------------------------------------------
+async def test_nothing_listening_is_down() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    samples = await collect(SglangSource(local_host(), cfg(url)),
+                            lambda s: s.state is ServerState.DOWN)
+    snap = samples[-1].value
+    assert snap.status_code is None and snap.info is None
+    assert snap.error == (f"nothing listening at {url} — is the service running? "
+                          "`systemctl status sglang.service`")
+
+
+async def test_http_500_is_an_error(tiny: Callable[..., TinyServer]) -> None:
+    server = tiny({}, default=lambda: (500, "text/plain", b"Internal Server Error"))
+    samples = await collect(SglangSource(local_host(), cfg(server.url)),
+                            lambda s: s.state is ServerState.ERROR)
+    snap = samples[-1].value
+    assert snap.status_code == 500
+    assert snap.error is not None
+    assert snap.error.startswith(f"{server.url}/health answered 500 Internal Server Error")
+    assert "\n" not in snap.error
+
+
+async def test_silent_server_times_out() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)  # accepts connections in the kernel, never answers
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        t0 = time.monotonic()
+        samples = await collect(SglangSource(local_host(), cfg(url)),
+                                lambda s: s.state is ServerState.ERROR)
+        assert time.monotonic() - t0 < 5
+    finally:
+        sock.close()
+    snap = samples[-1].value
+    assert snap.error is not None and f"{url}/health did not answer within 0.5 s" in snap.error
+
+
+async def test_starting_and_metrics_disabled(tiny: Callable[..., TinyServer]) -> None:
+    health = {"code": 503}
+    server = tiny({"/health": lambda: (health["code"], "text/plain", b""),
+                   "/server_info": ok_json(INFO)})
+    source = SglangSource(local_host(), cfg(server.url))
+    samples = await collect(source, lambda s: s.state is ServerState.STARTING)
+    assert samples[-1].value.error is None and samples[-1].value.status_code == 503
+    assert "/server_info" not in server.hits
+    health["code"] = 200
+    samples = await collect(source, lambda s: s.state is ServerState.HEALTHY)
+    snap = samples[-1].value
+    assert snap.metrics is None and snap.info is not None
+    assert snap.info.block_size == 16 and snap.info.draft_window == 32
+    assert snap.info.avg_accept_length == pytest.approx(5.5)
+    assert snap.error == f"{server.url}/metrics: metrics disabled: launch with --enable-metrics"
+
+
+async def test_malformed_server_info(tiny: Callable[..., TinyServer]) -> None:
+    server = tiny({"/health": HEALTH_OK,
+                   "/server_info": lambda: (200, "application/json", b"<html>oops")})
+    samples = await collect(SglangSource(local_host(), cfg(server.url)),
+                            lambda s: s.state is ServerState.ERROR)
+    error = samples[-1].value.error
+    assert error is not None and error.startswith(f"{server.url}/server_info answered "
+                                                  "malformed JSON")
+
+
+async def test_tokens_per_s_from_counter_rate_and_cached_info(
+    tiny: Callable[..., TinyServer],
+) -> None:
+    t0 = time.monotonic()
+
+    def metrics() -> tuple[int, str, bytes]:
+        tokens = int(1000 * (time.monotonic() - t0))  # 1000 tokens/s
+        page = ("# HELP sglang:generation_tokens_total Number of generation tokens processed.\n"
+                "# TYPE sglang:generation_tokens_total counter\n"
+                f'sglang:generation_tokens_total{{model_name="m"}} {tokens}.0\n')
+        return 200, "text/plain; version=0.0.4", page.encode()
+
+    server = tiny({"/health": HEALTH_OK, "/server_info": ok_json(INFO), "/metrics": metrics})
+    source = SglangSource(local_host(), cfg(server.url))
+    samples = await collect(source, lambda s: bool(s.metrics and s.metrics.tokens_per_s))
+    first_ok = next(s.value for s in samples if s.value.metrics)
+    assert first_ok.metrics is not None and first_ok.metrics.tokens_per_s is None
+    rate = samples[-1].value.metrics.tokens_per_s  # type: ignore[union-attr]
+    assert 300 < rate < 3000
+    assert samples[-1].value.metrics.gen_throughput is None  # type: ignore[union-attr]
+    assert server.hits.count("/server_info") == 1  # cached while healthy
+
+
+def test_parse_metrics_aggregates_ranks() -> None:
+    page = "\n".join([
+        "# TYPE sglang:gen_throughput gauge",
+        'sglang:gen_throughput{model_name="m",dp_rank="0",tp_rank="0"} 100.0',
+        'sglang:gen_throughput{model_name="m",dp_rank="1",tp_rank="0"} 50.0',
+        "# TYPE sglang:spec_accept_length gauge",
+        'sglang:spec_accept_length{model_name="m",dp_rank="0",tp_rank="0"} 6.0',
+        'sglang:spec_accept_length{model_name="m",dp_rank="1",tp_rank="0"} 4.0',
+        "# TYPE sglang:token_usage gauge",
+        'sglang:token_usage{model_name="m",dp_rank="0",tp_rank="0"} 0.2',
+        'sglang:token_usage{model_name="m",dp_rank="1",tp_rank="0"} 0.7',
+        "# TYPE sglang:num_running_reqs gauge",
+        'sglang:num_running_reqs{model_name="m",dp_rank="0",tp_rank="0"} 3.0',
+        'sglang:num_running_reqs{model_name="m",dp_rank="1",tp_rank="0"} 2.0',
+        "# TYPE sglang:generation_tokens_total counter",
+        'sglang:generation_tokens_total{model_name="m"} 1000.0',
+        "# TYPE sglang:fwd_occupancy gauge",
+        'sglang:fwd_occupancy{model_name="m"} NaN',
+        "",
+    ])
+    v = parse_metrics(page)
+    assert v["gen_throughput"] == 150.0 and v["running_reqs"] == 5.0
+    assert v["spec_accept_length"] == 5.0 and v["token_usage"] == 0.7
+    assert v["generation_tokens_total"] == 1000.0
+
+
+async def test_client_errors_are_one_line(tiny: Callable[..., TinyServer]) -> None:
+    server = tiny({"/health": HEALTH_OK,
+                   "/server_info": lambda: (401, "application/json", b'{"error":"Unauthorized"}')})
+    async with SglangClient(server.url, timeout_s=0.5) as client:
+        assert await client.health() == 200
+        with pytest.raises(SglangError) as exc:
+            await client.server_info()
+        assert exc.value.kind == "unauthorized" and exc.value.status_code == 401
+        assert "--api-key" in str(exc.value)
+        with pytest.raises(SglangError) as exc:
+            await client.metrics()
+        assert exc.value.kind == "metrics_disabled"
+
+
+# -- through a tunnel ---------------------------------------------------------------------
+class TunnelHost(LocalHost):
+    """A host whose ``reach`` hands out a configurable local address (like an SSH tunnel)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        super().__init__(HostConfig(name="gpu1", role="serve"))
+        self.target = target
+        self.calls: list[tuple[str, int]] = []
+
+    async def reach(self, host: str, port: int) -> tuple[str, int]:
+        self.calls.append((host, port))
+        return self.target
+
+
+async def test_tunnel_is_reached_and_reached_again_after_failure(
+    tiny: Callable[..., TinyServer],
+) -> None:
+    server = tiny({"/health": HEALTH_OK, "/server_info": ok_json(INFO),
+                   "/metrics": lambda: (200, "text/plain", b"")})
+    port = int(server.url.rsplit(":", 1)[1])
+    host = TunnelHost(("127.0.0.1", port))
+    await host.start()
+    source = SglangSource(host, cfg("http://10.0.0.7:30000", tunnel=True))
+    count = {"n": 0}
+
+    def third_healthy(s: SglangSnapshot) -> bool:
+        count["n"] += s.state is ServerState.HEALTHY
+        return count["n"] >= 3
+
+    await collect(source, third_healthy)
+    assert host.calls == [("10.0.0.7", 30000)]  # one tunnel, reused
+    host.target = ("127.0.0.1", free_port())  # the tunnel broke: nothing behind it
+    count["n"] = 0
+
+    def third_down(s: SglangSnapshot) -> bool:
+        count["n"] += s.state is ServerState.DOWN
+        return count["n"] >= 3
+
+    samples = await collect(source, third_down)
+    assert len(host.calls) >= 4  # reached again after each failure
+    assert samples[-1].value.error == (
+        "nothing listening at http://10.0.0.7:30000 (tunnel through gpu1) — is the service "
+        "running? `systemctl status sglang.service`")
+
+    # an SSH forward whose far end refuses: accepted locally, closed at once
+    closer = socket.socket()
+    closer.bind(("127.0.0.1", 0))
+    closer.listen(16)
+    stop = threading.Event()
+
+    def accept_and_close() -> None:
+        closer.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                conn, _ = closer.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=accept_and_close, daemon=True)
+    thread.start()
+    host.target = closer.getsockname()
+    try:
+        samples = await collect(source, lambda s: s.state is ServerState.DOWN
+                                and "closed at once" in (s.error or ""))
+    finally:
+        stop.set()
+        thread.join()
+        closer.close()
+    assert samples[-1].value.error.startswith("nothing listening at http://10.0.0.7:30000")
