@@ -294,6 +294,8 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
                    if new.get(c) is not None and c in names and names[c]}
     if algo == "DFLASH" and new.get("block_size"):
         plan.expect["speculative_num_draft_tokens"] = int(new["block_size"] or 0)
+    if plan.expect.get("speculative_algorithm") == "NEXTN":  # SGLang resolves NEXTN to EAGLE
+        plan.expect["speculative_algorithm"] = ["NEXTN", "EAGLE"]
     steps.info(f"plan: {plan.summary()}")
     return plan
 

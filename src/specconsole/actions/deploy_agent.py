@@ -183,8 +183,9 @@ class Agent:
         wrong = []
         for key, want in self.plan["expect"].items():
             got = info.get(key)
-            if str(got) != str(want):
-                wrong.append(f"{key}={got!r} (wanted {want!r})")
+            accepted = want if isinstance(want, list) else [want]  # e.g. NEXTN reports as EAGLE
+            if str(got) not in {str(w) for w in accepted}:
+                wrong.append(f"{key}={got!r} (wanted {' or '.join(map(repr, accepted))})")
         if wrong:
             raise Failed("the running server disagrees with the new config: " + ", ".join(wrong))
         self.emit("info", "server_info: " + ", ".join(f"{k}={info.get(k)}" for k in self.plan["expect"])

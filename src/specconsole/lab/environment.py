@@ -303,8 +303,8 @@ class Lab:
         if check.returncode != 0:
             raise LabError(f"lab: sshd config {cfg} is invalid: {check.stderr.strip()}")
         # -D keeps sshd in the foreground of its own session, so its pid is ours to stop.
-        proc = subprocess.Popen([_sshd(), "-D", "-f", str(cfg), "-E", str(log)],
-                                start_new_session=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([_sshd(), "-D", "-f", str(cfg), "-E", str(log)], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _wait_port(h.address, h.port, 10, f"sshd of {name}")
         h.sshd_pid = proc.pid
         self.state.save()

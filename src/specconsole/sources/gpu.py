@@ -363,6 +363,19 @@ class NvidiaSmiSource:
         self._apps_running = False
         self._apps_burst: list[GpuProcess] = []
         self._apps_last_line: float | None = None
+        self._apps_started_at: float | None = None
+        self._run_started = time.monotonic()
+
+    def _apps_known(self) -> bool:
+        """Whether the process list means something yet: the apps stream printed a burst, or has
+        run silently for 1.5 intervals (no processes). A broken apps stream does not hold GPU
+        readings back for more than a few intervals."""
+        now = time.monotonic()
+        if self._apps_last_line is not None:
+            return True
+        if self._apps_started_at is not None and now - self._apps_started_at > self.apps_silence_s:
+            return True
+        return now - self._run_started > 3 * self.interval + 2
 
     @property
     def command(self) -> str:
@@ -370,6 +383,7 @@ class NvidiaSmiSource:
         return to_shell(self.gpu_argv)
 
     async def run(self, publish: Publish[GpuSnapshot]) -> None:
+        self._run_started = time.monotonic()
         apps = asyncio.create_task(self._run_apps(), name=f"gpu-apps-{self.host.name}")
         try:
             await self._run_gpus(publish)
@@ -481,6 +495,8 @@ class NvidiaSmiSource:
         self._seen.update(by_index)
         self._expected = len(gpus)
         self._uuid_to_index = {g.uuid: g.index for g in gpus if g.uuid}
+        if not self._apps_known():
+            return  # the first readings wait (at most 1.5 intervals) until processes are known
         snap = GpuSnapshot(
             state=GpuState.OK, gpus=gpus, processes=self._current_processes(),
             missing=tuple(sorted(self._seen - by_index.keys())), error=None, at=at,
@@ -511,6 +527,7 @@ class NvidiaSmiSource:
                 async with self.host.stream(self.apps_argv) as proc:
                     self.apps_streams_started += 1
                     self._apps_running = True
+                    self._apps_started_at = time.monotonic()
                     async for line in proc.lines():
                         if not line.strip() or is_header(line, QUERY_APPS_FIELDS):
                             continue
@@ -535,6 +552,7 @@ class NvidiaSmiSource:
                 self._apps_running = False
                 self._apps_burst = []
                 self._apps_last_line = None
+                self._apps_started_at = None
             if time.monotonic() - started > 4 * self.interval + 2:
                 backoff = BACKOFF_INITIAL_S
             await asyncio.sleep(backoff)
