@@ -202,6 +202,56 @@ def _console(args: argparse.Namespace) -> int:
     return run_console(config, read_only=args.read_only, theme=args.theme)
 
 
+# --------------------------------------------------------------------------------- demo
+
+DEMO_DIR = "~/.local/state/specconsole/demo"
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Start the lab, open the console on it, and stop everything on the way out."""
+    import os
+    import signal
+
+    from specconsole.lab.environment import Lab, LabOptions, owner_alive
+
+    lab_dir = Path(args.dir or DEMO_DIR).expanduser()
+    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup), say=_say)
+    if lab.state.hosts:
+        owner = lab.state.owner_pid
+        if owner_alive(owner) and owner != os.getpid():
+            raise SpecConsoleError(
+                f"a demo is already running (pid {owner}, lab in {lab.dir}); attach to it with "
+                f"`specconsole --config {lab.config_path}` or stop it with `specconsole lab down --dir {lab.dir}`")
+        if lab.is_running():
+            _say(f"demo: a previous demo (pid {owner}) did not stop; stopping what it left running")
+        lab.down()
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    _say(f"demo: starting the lab in {lab.dir} (two SSH hosts, a torchrun job, SGLang under systemctl)")
+    try:
+        lab.up(owner_pid=os.getpid())
+        if args.no_console:
+            _say(f"demo: lab running; console config {lab.config_path}; Ctrl-C stops it")
+            while True:
+                time.sleep(3600)
+        from specconsole.config import load_config
+        from specconsole.ui.app import run_console
+
+        _say("demo: opening the console (q quits and stops the demo)")
+        return run_console(load_config(lab.config_path), read_only=args.read_only, theme=args.theme)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        _say("demo: stopping everything the demo started")
+        lab.down()
+
+
 # ---------------------------------------------------------------------------------- lab
 
 def _lab(args: argparse.Namespace) -> int:
@@ -271,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
     dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    de = sub.add_parser("demo", help="the whole workflow on this machine: start the lab, open the console on it")
+    de.add_argument("--dir", help=f"demo lab folder (default {DEMO_DIR})")
+    de.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
+    de.add_argument("--no-console", action="store_true", help="start the lab only and wait (Ctrl-C stops it)")
+
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
     up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
@@ -291,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_status(args))
         if args.command == "lab":
             return _lab(args)
+        if args.command == "demo":
+            return _demo(args)
         if args.command == "kill-training":
             return asyncio.run(_kill_training(args))
         if args.command == "deploy":

@@ -69,6 +69,7 @@ class LabState:
     hosts: dict[str, LabHost] = field(default_factory=dict)
     sglang_port: int = 0
     trainer_pid: int | None = None
+    owner_pid: int | None = None  # the process that started the lab (a demo), if it should stop it
 
     def save(self) -> None:
         path = Path(self.dir) / "state.json"
@@ -182,7 +183,7 @@ class Lab:
     def is_running(self) -> bool:
         return any(_alive(h.sshd_pid) for h in self.state.hosts.values())
 
-    def up(self) -> LabState:
+    def up(self, owner_pid: int | None = None) -> LabState:
         """Create everything and start the hosts, the training job and SGLang."""
         if self.is_running():
             raise LabError(f"lab: already running in {self.dir}; stop it first: specconsole lab down --dir {self.dir}")
@@ -192,7 +193,7 @@ class Lab:
         (self.dir / "logs").mkdir(exist_ok=True)
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
         self._client_key()
-        self.state = LabState(dir=str(self.dir))
+        self.state = LabState(dir=str(self.dir), owner_pid=owner_pid)
         self.state.sglang_port = free_port("127.0.0.1")
         for name, address in (("train", o.train_address), ("serve", o.serve_address)):
             self._make_host(name, address)
@@ -538,6 +539,11 @@ def _gpu(index: int, name: str, total: int, limit: float, idle_util: int) -> dic
     }
 
 
+def owner_alive(pid: int | None) -> bool:
+    """Whether the process that started a lab still runs."""
+    return _alive(pid)
+
+
 def _alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -589,6 +595,11 @@ def _wait_dead(pids: list[int], timeout: float) -> bool:
     return not any(_alive(p) for p in pids)
 
 
+#: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
+#: merely mentions the lab's folder).
+LAB_PROGRAMS = ("sshd", "specconsole.lab.", "torch.distributed.run", "agent.py", "systemctl3", "tail -")
+
+
 def _kill_matching(needle: str) -> None:
     me = os.getpid()
     for d in Path("/proc").iterdir():
@@ -596,7 +607,7 @@ def _kill_matching(needle: str) -> None:
             continue
         with contextlib.suppress(OSError):
             cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            if needle in cmdline and "specconsole lab" not in cmdline and "pytest" not in cmdline:
+            if needle in cmdline and any(p in cmdline for p in LAB_PROGRAMS) and "pytest" not in cmdline:
                 _signal(int(d.name), signal.SIGKILL)
 
 
