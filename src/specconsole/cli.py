@@ -81,15 +81,9 @@ async def _status(args: argparse.Namespace) -> int:
 
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
     """Print each step event as it happens and append it to the audit log."""
+    from specconsole.actions.steps import audit
 
-    def emit(event: StepEvent) -> None:
-        print(event.line(), flush=True)
-        level = {"failed": "error", "error": "error", "warning": "warning"}.get(event.kind, "step")
-        events.emit(event.message, event.host or event.action, level,  # type: ignore[arg-type]
-                    action=event.action, kind=event.kind, step=event.step, command=event.command,
-                    exit_status=event.exit_status, elapsed_s=round(event.elapsed_s, 3))
-
-    return emit
+    return audit(events, also=lambda event: print(event.line(), flush=True))
 
 
 async def _connected_host(config: Config, name: str | None, role: str, steps: Steps) -> tuple[HostConfig, Host]:
@@ -200,6 +194,15 @@ def _console(args: argparse.Namespace) -> int:
 
     config = load_config(resolve_config_path(args.config))
     return run_console(config, read_only=args.read_only, theme=args.theme)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from specconsole.config import load_config
+    from specconsole.eval.cli import eval_needs_config, run_eval_command
+
+    config = load_config(resolve_config_path(args.config)) if eval_needs_config(args) else None
+    emit = _step_printer(EventLog(config.console.audit_log)) if config else None
+    return run_eval_command(args, config, emit=emit)
 
 
 # --------------------------------------------------------------------------------- demo
@@ -321,6 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
     dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    from specconsole.eval.cli import add_eval_parser
+
+    add_eval_parser(sub)
+
     de = sub.add_parser("demo", help="the whole workflow on this machine: start the lab, open the console on it")
     de.add_argument("--dir", help=f"demo lab folder (default {DEMO_DIR})")
     de.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
@@ -348,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             return _lab(args)
         if args.command == "demo":
             return _demo(args)
+        if args.command == "eval":
+            return _eval(args)
         if args.command == "kill-training":
             return asyncio.run(_kill_training(args))
         if args.command == "deploy":

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specconsole.events import EventLog
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command, to_shell
 
@@ -142,6 +143,21 @@ class Steps:
                 self.emit("heartbeat", f"waiting for {what}: {now - started:.0f}s of {timeout:g}s; {seen}")
                 next_beat = now + HEARTBEAT_EVERY_S
             await asyncio.sleep(min(every, max(0.05, timeout - (now - started))))
+
+
+def audit(events: EventLog, also: Emit | None = None) -> Emit:
+    """An ``emit`` that records each step event in the event log (pane + audit file)."""
+
+    def emit(event: StepEvent) -> None:
+        level = {"failed": "error", "error": "error", "warning": "warning"}.get(event.kind, "step")
+        events.emit(event.message if event.kind != "command" else f"$ {event.message}",
+                    event.host or event.action, level,  # type: ignore[arg-type]
+                    action=event.action, kind=event.kind, step=event.step, command=event.command,
+                    exit_status=event.exit_status, elapsed_s=round(event.elapsed_s, 3), took_s=event.took_s)
+        if also is not None:
+            also(event)
+
+    return emit
 
 
 def _short(line: str, width: int = 60) -> str:

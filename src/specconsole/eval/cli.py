@@ -1,0 +1,301 @@
+"""``specconsole eval``: run the benchmark, list stored runs, compare them, import results.
+
+Shape (``eval`` alone is ``eval run``)::
+
+    specconsole eval [run] [--label NAME] [--tasks a,b] [--concurrency N] [--max-new-tokens N]
+                           [--suite FILE] [--results DIR] [--url URL | --host NAME] [--timeout S]
+    specconsole eval list [--results DIR] [--json]
+    specconsole eval compare RUN... [--baseline RUN] [--metric M] [--json | --markdown] [--results DIR]
+    specconsole eval import FILE... [--results DIR] [--force]
+
+RUN is a run id, a unique id prefix, a label (its newest run) or a path to a ``.json`` file.
+The run form measures the configured serving host's SGLang (through an SSH tunnel when its
+``sglang.tunnel`` is true); ``--url`` bypasses the config. The lead wires it as::
+
+    add_eval_parser(subparsers)                       # in build_parser()
+    if args.command == "eval":
+        config = load_config(...) if eval_needs_config(args) else None
+        return run_eval_command(args, config, emit=printer)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from specconsole.errors import ConfigError, HostUnavailable
+from specconsole.eval.store import METRICS, ResultStore, default_results_dir
+
+if TYPE_CHECKING:
+    from specconsole.actions.steps import StepEvent
+    from specconsole.config import Config, HostConfig
+    from specconsole.eval.runner import OnResult
+    from specconsole.eval.store import EvalRun
+
+Emit = Callable[["StepEvent"], None]
+EVAL_COMMANDS = ("run", "list", "compare", "import")
+
+
+# ------------------------------------------------------------------------------- parser
+
+
+def _run_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
+    def d(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    p.add_argument("--label", default=d(None), help="name of this run (default: from the deployment, "
+                   "e.g. 'DFLASH b16 w16 (dflash-b16)')")
+    p.add_argument("--tasks", default=d(None), metavar="A,B", help="comma-separated task names (default: all)")
+    p.add_argument("--concurrency", type=_positive_int, default=d(1), metavar="N",
+                   help="requests in flight at once (default 1: latency is per request alone)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=d(None), metavar="N",
+                   help="override the suite's max new tokens for every task")
+    p.add_argument("--suite", default=d(None), metavar="FILE",
+                   help="benchmark definition (default: configs/eval-coding.toml)")
+    p.add_argument("--url", default=d(None), help="SGLang base URL to measure, bypassing the config")
+    p.add_argument("--host", default=d(None), metavar="NAME",
+                   help="serving host from the config (default: the only one)")
+    p.add_argument("--api-key", default=d(None), help="with --url: the server's --api-key")
+    p.add_argument("--timeout", type=float, default=d(300.0), metavar="S",
+                   help="seconds one request may take before its task is recorded as failed (default 300)")
+
+
+def _results_option(p: argparse.ArgumentParser, *, suppress: bool) -> None:
+    p.add_argument("--results", default=argparse.SUPPRESS if suppress else None, metavar="DIR",
+                   help=f"results folder (default: $SPECCONSOLE_EVAL_RESULTS or {default_results_dir()})")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``eval`` (with ``run``, ``list``, ``compare``, ``import``) to specconsole's subparsers."""
+    ev = subparsers.add_parser(
+        "eval", help="acceptance length per coding task: run the benchmark, list, compare, import results",
+        description="Measure acceptance length, tokens/s and latency per task against SGLang, and compare runs. "
+                    "`eval` alone is `eval run`.")
+    ev.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
+    _run_options(ev, suppress=False)
+    _results_option(ev, suppress=False)
+    sub = ev.add_subparsers(dest="eval_command", metavar="[ACTION]")
+
+    run = sub.add_parser("run", help="run the benchmark against the serving host's SGLang and save the run")
+    run.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
+    _run_options(run, suppress=True)
+    _results_option(run, suppress=True)
+
+    ls = sub.add_parser("list", help="list the stored runs")
+    _results_option(ls, suppress=True)
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+
+    cmp = sub.add_parser("compare", help="per-task table of two or more runs, averages and ratio to a baseline")
+    cmp.add_argument("runs", nargs="+", metavar="RUN", help="run id, id prefix, label, or .json file")
+    cmp.add_argument("--baseline", metavar="RUN", help="the run ratios are taken to (default: the last RUN)")
+    cmp.add_argument("--metric", choices=METRICS, default="acceptance_length",
+                     help="the value per task (default acceptance_length)")
+    fmt = cmp.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable output")
+    fmt.add_argument("--markdown", action="store_true", help="a markdown table")
+    _results_option(cmp, suppress=True)
+
+    imp = sub.add_parser("import", help="validate results files (schema specconsole.eval/1) and store them")
+    imp.add_argument("files", nargs="+", metavar="FILE")
+    imp.add_argument("--force", action="store_true", help="replace a stored run with the same id")
+    _results_option(imp, suppress=True)
+    return ev
+
+
+def eval_command(args: argparse.Namespace) -> str:
+    return getattr(args, "eval_command", None) or "run"
+
+
+def eval_needs_config(args: argparse.Namespace) -> bool:
+    """Whether this ``eval`` invocation needs the console config (only ``run`` without ``--url``)."""
+    return eval_command(args) == "run" and not getattr(args, "url", None)
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def _print_event(event: StepEvent) -> None:
+    print(event.line(), flush=True)
+
+
+def run_eval_command(args: argparse.Namespace, config: Config | None, emit: Emit | None = None) -> int:
+    """Execute a parsed ``eval`` command; 0 ok, 1 when a task failed (the run is still saved)."""
+    store = ResultStore(getattr(args, "results", None))
+    cmd = eval_command(args)
+    if cmd == "list":
+        return _list(store, args.json)
+    if cmd == "compare":
+        return _compare(store, args)
+    if cmd == "import":
+        return _import(store, args.files, args.force)
+    return asyncio.run(_run(args, config, store, emit or _print_event))
+
+
+def _list(store: ResultStore, as_json: bool) -> int:
+    runs = store.runs()
+    for _path, problem in store.problems:
+        print(f"specconsole: skipped {problem}", file=sys.stderr)
+    if as_json:
+        out = [{"id": r.id, "label": r.label, "created_at": r.created_at, "kind": r.kind, "path": r.path,
+                "deployment": r.deployment.to_json(), **r.summary()} for r in runs]
+        print(json.dumps({"results": str(store.root), "runs": out}, indent=2, ensure_ascii=False))
+        return 0
+    if not runs:
+        print(f"no runs in {store.root} (start one with `specconsole eval`, or `specconsole eval import FILE`)")
+        return 0
+    rows = [["id", "created", "label", "deployment", "tasks", "avg accept", "kind"]]
+    for r in runs:
+        avg = r.average("acceptance_length")
+        tasks = f"{len(r.ok_tasks)}/{len(r.tasks)}"
+        rows.append([r.id, r.created_at, r.label, r.deployment.short(), tasks,
+                     "n/a" if avg is None else f"{avg:.2f}", r.kind])
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    for k, row in enumerate(rows):
+        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+    print(f"\n{len(runs)} run(s) in {store.root}")
+    return 0
+
+
+def _compare(store: ResultStore, args: argparse.Namespace) -> int:
+    from specconsole.eval.compare import compare, to_json, to_markdown, to_text
+
+    pool = store.runs()
+    runs = [store.resolve(ref, pool) for ref in args.runs]
+    baseline = store.resolve(args.baseline, pool) if args.baseline else None
+    if baseline is None and len(runs) >= 2:
+        baseline = runs[-1]
+    cmp = compare(runs, baseline, args.metric)
+    if args.json:
+        sys.stdout.write(to_json(cmp))
+    elif args.markdown:
+        sys.stdout.write(to_markdown(cmp))
+    else:
+        sys.stdout.write(to_text(cmp))
+    return 0
+
+
+def _import(store: ResultStore, files: list[str], force: bool) -> int:
+    for f in files:
+        run = store.import_file(f, overwrite=force)
+        print(f"imported {run.id} ({run.label}): {len(run.tasks)} task(s), {run.kind} -> {run.path}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------- run
+
+
+def pick_serve_host(config: Config, name: str | None) -> HostConfig:
+    candidates = config.serve_hosts
+    if name:
+        candidates = tuple(h for h in candidates if h.name == name)
+    if not candidates:
+        which = f"host {name!r}" if name else "host"
+        raise ConfigError(config.path, "hosts", f"no serving {which} (role 'serve' or 'both' with [hosts.sglang])",
+                          "add one, pass --host NAME, or measure a URL directly with --url")
+    if len(candidates) > 1:
+        names = ", ".join(h.name for h in candidates)
+        raise ConfigError(config.path, "hosts", f"several serving hosts ({names})", "pick one with --host NAME")
+    return candidates[0]
+
+
+@contextlib.asynccontextmanager
+async def serving_endpoint(config: Config, host_name: str | None = None,
+                           emit_info: Callable[[str], None] | None = None) -> AsyncIterator[tuple[str, str | None]]:
+    """``(base URL reachable from here, api key)`` of the configured serving host's SGLang
+    (``sglang.base_url`` is what messages and stored runs name).
+
+    With ``sglang.tunnel = true`` it connects to the host and opens a tunnel (closed on exit).
+    """
+    from specconsole.hosts import make_host
+
+    cfg = pick_serve_host(config, host_name)
+    sg = cfg.sglang
+    assert sg is not None
+    if not sg.tunnel:
+        yield sg.base_url.rstrip("/"), sg.api_key
+        return
+    parts = urlsplit(sg.base_url)
+    scheme = parts.scheme or "http"
+    port = parts.port or (443 if scheme == "https" else 80)
+    host = make_host(cfg)
+    try:
+        if emit_info:
+            emit_info(f"connecting to {cfg.name} for a tunnel to {parts.hostname}:{port}")
+        await host.start()
+        if not await host.wait_connected(cfg.ssh.connect_timeout_s + 2):
+            raise HostUnavailable(host.status.last_error or f"{cfg.name}: not reachable")
+        local_host, local_port = await host.reach(parts.hostname or "127.0.0.1", port)
+        netloc = f"[{local_host}]:{local_port}" if ":" in local_host else f"{local_host}:{local_port}"
+        url = urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
+        if emit_info:
+            emit_info(f"tunnel {url} -> {cfg.name}:{parts.hostname}:{port}")
+        yield url, sg.api_key
+    finally:
+        await host.close()
+
+
+async def start_eval(config: Config | None, *, emit: Emit, on_result: OnResult | None = None,
+                     url: str | None = None, host: str | None = None, label: str | None = None,
+                     tasks: list[str] | None = None, concurrency: int = 1, max_new_tokens: int | None = None,
+                     suite: str | None = None, results: str | None = None, timeout_s: float = 300.0,
+                     api_key: str | None = None) -> EvalRun:
+    """Run the suite against ``url`` or the configured serving host and save it (what ``e`` in the pane does).
+
+    Progress goes to ``emit`` (one :class:`StepEvent` line per task); raises SpecConsoleError when
+    nothing could be measured (no config/host, unreachable server).
+    """
+    from specconsole.actions.steps import Steps
+    from specconsole.eval.runner import run_and_save
+    from specconsole.eval.suite import load_suite
+
+    bench = load_suite(suite).select(tasks)
+    store = ResultStore(results)
+    steps = Steps("eval", emit)
+    if url:
+        return await run_and_save(url.rstrip("/"), bench, store, steps=steps, label=label, concurrency=concurrency,
+                                  max_new_tokens=max_new_tokens, timeout_s=timeout_s, api_key=api_key,
+                                  on_result=on_result)
+    if config is None:
+        raise ConfigError("<no config>", None, "eval needs a serving host to measure",
+                          "pass --config FILE, or --url http://HOST:PORT")
+    steps.host = pick_serve_host(config, host).name
+    async with serving_endpoint(config, host, steps.info) as (base, key):
+        return await run_and_save(base, bench, store, steps=steps, label=label, concurrency=concurrency,
+                                  max_new_tokens=max_new_tokens, timeout_s=timeout_s, api_key=api_key or key,
+                                  on_result=on_result, source={"host": steps.host},
+                                  display_url=pick_serve_host(config, host).sglang.base_url)  # type: ignore[union-attr]
+
+
+def _task_list(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    return names or None
+
+
+async def _run(args: argparse.Namespace, config: Config | None, store: ResultStore, emit: Emit) -> int:
+    run = await start_eval(config, emit=emit, url=args.url, host=args.host, label=args.label,
+                           tasks=_task_list(args.tasks), concurrency=args.concurrency,
+                           max_new_tokens=args.max_new_tokens, suite=args.suite, results=str(store.root),
+                           timeout_s=args.timeout, api_key=args.api_key)
+    print(f"compare: specconsole eval compare {run.id} RUN [--markdown]" +
+          (f" --results {store.root}" if getattr(args, "results", None) else ""), flush=True)
+    return 1 if run.failed_tasks else 0

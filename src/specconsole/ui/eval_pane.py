@@ -1,0 +1,336 @@
+"""The eval pane: choose stored runs, see them side by side, start a run and watch it live.
+
+A self-contained widget (drop-in for the placeholder ``panes.EvalPane``)::
+
+    EvalPane(store=ResultStore(), start_run=lambda emit, on_result: start_eval(config, emit=emit,
+                                                                               on_result=on_result))
+
+* left: the stored runs (a :class:`SelectionList`; space toggles a run, ``b`` makes the highlighted
+  run the baseline, marked ★). Two or more selected runs fill the table.
+* right: the comparison (:func:`specconsole.eval.compare.compare`): a row per task, the average
+  row, a ``run / baseline`` column in % per run, the best task of each run in the success colour
+  and the worst in the error colour, and a "tok/s vs vanilla" row when a vanilla run is selected.
+* bottom: the live progress of a run: one line per task from the runner's step events.
+
+``e`` starts a run through ``start_run`` (an async callable receiving the step-event emitter and
+the per-task callback; it must save the run and return it). Without ``start_run`` the pane posts
+:class:`EvalPane.RunRequested` for the app to handle. ``m`` cycles the metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.markup import escape
+from textual.message import Message
+from textual.widgets import DataTable, RichLog, SelectionList, Static
+from textual.widgets.selection_list import Selection
+
+from specconsole.actions.steps import StepEvent
+from specconsole.errors import SpecConsoleError
+from specconsole.eval.compare import (
+    FAILED,
+    METRIC_TITLES,
+    Comparison,
+    cell_text,
+    compare,
+    fmt_pct,
+    fmt_speedup,
+    fmt_value,
+)
+from specconsole.eval.store import METRICS, EvalRun, ResultStore, TaskResult
+
+Emit = Callable[[StepEvent], None]
+OnResult = Callable[[TaskResult, int, int], None]
+StartRun = Callable[[Emit, OnResult], Awaitable[EvalRun]]
+
+AVERAGE_ROW = "__average__"
+VANILLA_ROW = "__vanilla__"
+LOG_LINES = 200
+
+
+class EvalPane(Vertical):
+    """Runs list + comparison table + live progress. See the module docstring."""
+
+    DEFAULT_CSS = """
+    EvalPane { height: auto; min-height: 16; }
+    EvalPane #eval-body { height: auto; min-height: 12; }
+    EvalPane #eval-runs { width: 44; height: auto; max-height: 24; }
+    EvalPane #eval-run-list { height: auto; max-height: 20; }
+    EvalPane #eval-main { width: 1fr; height: auto; }
+    EvalPane #eval-table { height: auto; max-height: 24; }
+    EvalPane .eval-hint { color: $text-muted; }
+    EvalPane #eval-progress { height: 1; }
+    EvalPane #eval-log { height: 6; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("e", "start_run", "Eval run", tooltip="Start an eval run against the current deployment"),
+        Binding("b", "baseline_highlighted", "Baseline", tooltip="Make the highlighted run the baseline"),
+        Binding("m", "cycle_metric", "Metric", tooltip="Show acceptance length, tokens/s or latency"),
+    ]
+
+    class RunRequested(Message):
+        """``e`` was pressed and the pane has no ``start_run``: the app may start one."""
+
+    class RunFinished(Message):
+        def __init__(self, run: EvalRun) -> None:
+            super().__init__()
+            self.run = run
+
+    class RunFailed(Message):
+        def __init__(self, error: str) -> None:
+            super().__init__()
+            self.error = error
+
+    def __init__(self, store: ResultStore | None = None, start_run: StartRun | None = None, *,
+                 metric: str = "acceptance_length", id: str | None = None, classes: str = "pane eval-pane") -> None:
+        super().__init__(id=id, classes=classes)
+        self.store = store or ResultStore()
+        self.start_run = start_run
+        self.metric = metric
+        self.runs: list[EvalRun] = []
+        self.baseline_id: str | None = None
+        self.comparison: Comparison | None = None
+        self.running = False
+        self.progress_text = ""
+        self.log_lines: list[str] = []
+        self._selected_order: list[str] = []
+
+    # -- layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        self.border_title = "Eval"
+        with Horizontal(id="eval-body"):
+            with Vertical(id="eval-runs"):
+                yield Static("runs: [b]space[/] select · [b]b[/] baseline · [b]e[/] new run · [b]m[/] metric",
+                             classes="eval-hint")
+                yield SelectionList[str](id="eval-run-list")
+            with Vertical(id="eval-main"):
+                yield Static("", id="eval-title")
+                table: DataTable[Any] = DataTable(id="eval-table", cursor_type="row", zebra_stripes=True)
+                yield table
+                yield Static("", id="eval-legend", classes="eval-hint")
+        yield Static("", id="eval-progress")
+        yield RichLog(id="eval-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False)
+
+    def on_mount(self) -> None:
+        self.reload()
+
+    # -- runs -----------------------------------------------------------------------------
+    def reload(self, select: list[str] | None = None) -> None:
+        """Re-read the results folder; keep the selection (plus ``select``), default: the newest two."""
+        self.runs = self.store.runs()
+        ids = [r.id for r in self.runs]
+        keep = [i for i in self._selected_order if i in ids]
+        for i in select or []:
+            if i in ids and i not in keep:
+                keep.append(i)
+        if not keep and not select:
+            keep = ids[-2:]
+        self._selected_order = keep
+        if self.baseline_id not in ids:
+            self.baseline_id = None
+        self._fill_list()
+        self.refresh_table()
+        if self.store.problems:
+            for _path, problem in self.store.problems:
+                self._log(f"skipped {problem}")
+
+    def _prompt(self, r: EvalRun) -> Text:
+        star = "★ " if r.id == self.baseline_id else ""
+        avg = r.average("acceptance_length")
+        text = Text(f"{star}{r.label}", style="bold" if star else "")
+        text.append(f"  {r.deployment.short()} · {'n/a' if avg is None else f'{avg:.2f}'} · {r.created_at[:16]}",
+                    style="dim")
+        return text
+
+    def _fill_list(self) -> None:
+        lst = self.query_one("#eval-run-list", SelectionList)
+        highlighted = lst.highlighted
+        with lst.prevent(SelectionList.SelectedChanged):
+            lst.clear_options()
+            lst.add_options([Selection(self._prompt(r), r.id, r.id in self._selected_order) for r in self.runs])
+        if highlighted is not None and self.runs:
+            lst.highlighted = min(highlighted, len(self.runs) - 1)
+
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged[str]) -> None:
+        event.stop()
+        now = set(event.selection_list.selected)
+        order = [i for i in self._selected_order if i in now]
+        order.extend(i for i in event.selection_list.selected if i not in order)
+        self._selected_order = order
+        self.refresh_table()
+
+    @property
+    def selected(self) -> list[EvalRun]:
+        by_id = {r.id: r for r in self.runs}
+        chosen = set(self._selected_order)
+        return [by_id[i] for i in by_id if i in chosen]  # list (chronological) order
+
+    def select_runs(self, ids: list[str], baseline: str | None = None) -> None:
+        """Select exactly ``ids`` (and make ``baseline`` the baseline); refreshes the table."""
+        self._selected_order = [i for i in ids if any(r.id == i for r in self.runs)]
+        if baseline is not None:
+            self.baseline_id = baseline
+            if baseline not in self._selected_order:
+                self._selected_order.append(baseline)
+        self._fill_list()
+        self.refresh_table()
+
+    def set_baseline(self, run_id: str | None) -> None:
+        self.baseline_id = run_id
+        if run_id is not None and run_id not in self._selected_order:
+            self._selected_order.append(run_id)
+        self._fill_list()
+        self.refresh_table()
+
+    def action_baseline_highlighted(self) -> None:
+        lst = self.query_one("#eval-run-list", SelectionList)
+        if lst.highlighted is None or not self.runs:
+            return
+        run_id = str(lst.get_option_at_index(lst.highlighted).value)
+        self.set_baseline(None if run_id == self.baseline_id else run_id)
+
+    def action_cycle_metric(self) -> None:
+        self.metric = METRICS[(METRICS.index(self.metric) + 1) % len(METRICS)]
+        self.refresh_table()
+
+    def _effective_baseline(self, runs: list[EvalRun]) -> EvalRun | None:
+        if self.baseline_id is not None:
+            for r in runs:
+                if r.id == self.baseline_id:
+                    return r
+        published = [r for r in runs if r.kind == "published"]
+        if published:
+            return published[0]
+        return runs[0] if runs else None
+
+    # -- the table ------------------------------------------------------------------------
+    def refresh_table(self) -> None:
+        table = self.query_one("#eval-table", DataTable)
+        title = self.query_one("#eval-title", Static)
+        legend = self.query_one("#eval-legend", Static)
+        runs = self.selected
+        table.clear(columns=True)
+        if len(runs) < 2:
+            self.comparison = None
+            where = escape(str(self.store.root))
+            if not self.runs:
+                title.update(f"No eval runs in {where} yet: press [b]e[/] to measure the current deployment, "
+                             "or `specconsole eval import FILE`.")
+            else:
+                title.update("Select two or more runs to compare them.")
+            legend.update("")
+            return
+        base = self._effective_baseline(runs)
+        others = [r for r in runs if base is None or r.id != base.id]
+        ordered = [*others, base] if base is not None else others
+        cmp = compare(ordered, base, self.metric)
+        self.comparison = cmp
+        variables = self.app.get_css_variables() if self.is_mounted else {}
+        good = variables.get("success", "green")
+        bad = variables.get("error", "red")
+        table.add_column("task", key="task")
+        for i, r in enumerate(cmp.runs):
+            table.add_column(_column_title(cmp, i), key=r.id)
+        for i in cmp.ratio_columns:
+            table.add_column(cmp.ratio_header(i), key=f"ratio:{cmp.runs[i].id}")
+        best = [cmp.best(i) for i in range(len(cmp.runs))]
+        worst = [cmp.worst(i) for i in range(len(cmp.runs))]
+        for task in cmp.tasks:
+            cells: list[Any] = [task]
+            for i in range(len(cmp.runs)):
+                text = cell_text(cmp, task, i)
+                if best[i] == task:
+                    cells.append(Text(f"{text} ▲", style=f"bold {good}", justify="right"))
+                elif worst[i] == task:
+                    cells.append(Text(f"{text} ▼", style=f"bold {bad}", justify="right"))
+                elif text == FAILED:
+                    cells.append(Text(text, style=bad, justify="right"))
+                else:
+                    cells.append(Text(text, justify="right"))
+            cells.extend(Text(fmt_pct(cmp.ratio(task, i)), justify="right") for i in cmp.ratio_columns)
+            table.add_row(*cells, key=task)
+        avg: list[Any] = [Text("average", style="bold")]
+        avg.extend(Text(fmt_value(cmp, cmp.average(i)), style="bold", justify="right") for i in range(len(cmp.runs)))
+        avg.extend(Text(fmt_pct(cmp.average_ratio(i)), style="bold", justify="right") for i in cmp.ratio_columns)
+        table.add_row(*avg, key=AVERAGE_ROW)
+        if cmp.vanilla is not None:
+            row: list[Any] = [Text("tok/s vs vanilla", style="italic")]
+            row.extend(Text("1.00×" if i == cmp.vanilla else fmt_speedup(cmp.average_speedup(i)), justify="right")
+                       for i in range(len(cmp.runs)))
+            row.extend(Text("") for _ in cmp.ratio_columns)
+            table.add_row(*row, key=VANILLA_ROW)
+        base_name = cmp.names[cmp.baseline] if cmp.baseline is not None else "none"
+        title.update(f"[b]{escape(METRIC_TITLES[self.metric])}[/]  ·  baseline ★ {escape(base_name)}")
+        legend.update(escape("average = mean of each run's ok tasks; ▲ best, ▼ worst task per run; "
+                             "ratio = run / baseline") + (escape("; tok/s vs vanilla = speedup in tokens/s")
+                                                          if cmp.vanilla is not None else ""))
+
+    # -- live progress --------------------------------------------------------------------
+    def _log(self, line: str) -> None:
+        self.log_lines.append(line)
+        del self.log_lines[:-LOG_LINES]
+        if self.is_mounted:
+            self.query_one("#eval-log", RichLog).write(line)
+
+    def feed(self, event: StepEvent) -> None:
+        """A step event of a running eval (the runner's emitter)."""
+        self._log(event.line())
+        if event.kind in ("done", "failed"):
+            self._set_progress(event.message)
+
+    def on_task_result(self, result: TaskResult, done: int, total: int) -> None:
+        if result.ok and result.acceptance_length is not None:
+            last = f"{result.task} {result.acceptance_length:.2f}"
+        else:
+            last = f"{result.task} {'failed' if not result.ok else 'n/a'}"
+        bar_w = 20
+        filled = round(bar_w * done / total) if total else bar_w
+        self._set_progress(f"eval {'█' * filled}{'░' * (bar_w - filled)} {done}/{total} tasks · last: {last}")
+
+    def _set_progress(self, text: str) -> None:
+        self.progress_text = text
+        if self.is_mounted:
+            self.query_one("#eval-progress", Static).update(escape(text))
+
+    def action_start_run(self) -> None:
+        if self.running:
+            self.notify("an eval run is already in progress", severity="warning")
+            return
+        if self.start_run is None:
+            self.post_message(self.RunRequested())
+            return
+        self.running = True
+        self._set_progress("eval: starting…")
+        self.run_worker(self._run(), group="eval-run", exclusive=True, exit_on_error=False)
+
+    async def _run(self) -> None:
+        assert self.start_run is not None
+        try:
+            run = await self.start_run(self.feed, self.on_task_result)
+        except SpecConsoleError as err:
+            self._log(f"eval failed: {err}")
+            self._set_progress(f"eval failed: {err}")
+            self.post_message(self.RunFailed(str(err)))
+            return
+        except Exception as err:  # a bug or an unexpected failure: shown, never a crashed console
+            message = f"{type(err).__name__}: {err}"
+            self._log(f"eval failed: {message}")
+            self._set_progress(f"eval failed: {message}")
+            self.post_message(self.RunFailed(message))
+            return
+        finally:
+            self.running = False
+        self.reload(select=[run.id])
+        self.post_message(self.RunFinished(run))
+
+
+def _column_title(cmp: Comparison, i: int) -> str:
+    star = "★ " if i == cmp.baseline else ""
+    return f"{star}{cmp.names[i]}"

@@ -1,0 +1,161 @@
+"""The eval pane in a minimal Textual app (Pilot): the comparison table and a live run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.widgets import DataTable, SelectionList, Static
+
+from specconsole.eval.cli import start_eval
+from specconsole.eval.simlab import SimServer, dflash_draft_dir
+from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
+from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, EvalPane
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _run(run_id: str, label: str, when: str, values: dict[str, float], algo: str | None = "DDTREE",
+         tps: dict[str, float] | None = None) -> EvalRun:
+    return EvalRun(id=run_id, label=label, created_at=when, deployment=Deployment(algo),
+                   tasks=tuple(TaskResult(t, acceptance_length=v, tokens_per_s=(tps or {}).get(t))
+                               for t, v in values.items()))
+
+
+class PaneApp(App[None]):
+    def __init__(self, pane: EvalPane) -> None:
+        super().__init__()
+        self.pane = pane
+        self.messages: list[Any] = []
+
+    def compose(self) -> ComposeResult:
+        yield self.pane
+
+    def on_eval_pane_run_finished(self, message: EvalPane.RunFinished) -> None:
+        self.messages.append(message)
+
+    def on_eval_pane_run_requested(self, message: EvalPane.RunRequested) -> None:
+        self.messages.append(message)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ResultStore:
+    store = ResultStore(tmp_path / "results")
+    store.save(_run("zlab", "baseline (z-lab), DDTree-8", "2026-11-01T00:00:00Z",
+                    {"fizzbuzz": 12.0, "binary_search": 10.0, "lru_cache": 11.0}, tps={"fizzbuzz": 900.0}))
+    store.save(_run("ours-4000", "ours step 4000, DDTree-8", "2026-12-01T00:00:00Z",
+                    {"fizzbuzz": 8.0, "binary_search": 6.5, "lru_cache": 7.25}, tps={"fizzbuzz": 600.0}))
+    store.save(_run("vanilla", "vanilla", "2026-12-02T00:00:00Z",
+                    {"fizzbuzz": 1.0, "binary_search": 1.0, "lru_cache": 1.0}, algo=None, tps={"fizzbuzz": 150.0}))
+    return store
+
+
+def _cell(table: DataTable[Any], row: str, col: str) -> str:
+    value = table.get_cell(row, col)
+    return value.plain if isinstance(value, Text) else str(value)
+
+
+def _columns(table: DataTable[Any]) -> list[str]:
+    return [str(c.label) for c in table.ordered_columns]
+
+
+async def test_pane_renders_the_comparison(store: ResultStore) -> None:
+    pane = EvalPane(store, id="eval")
+    app = PaneApp(pane)
+    async with app.run_test(size=(180, 50)) as pilot:
+        await pilot.pause()
+        assert [r.id for r in pane.runs] == ["zlab", "ours-4000", "vanilla"]
+        pane.select_runs(["ours-4000", "zlab"], baseline="zlab")
+        await pilot.pause()
+        table = pane.query_one("#eval-table", DataTable)
+        assert _columns(table) == ["task", "ours step 4000, DDTree-8", "★ baseline (z-lab), DDTree-8",
+                                   "ours / baseline"]
+        assert [str(k.value) for k in table.rows] == ["fizzbuzz", "binary_search", "lru_cache", AVERAGE_ROW]
+        assert _cell(table, "fizzbuzz", "ours-4000") == "8.00 ▲"  # best
+        assert _cell(table, "binary_search", "ours-4000") == "6.50 ▼"  # worst
+        assert _cell(table, "lru_cache", "ours-4000") == "7.25"
+        assert _cell(table, "fizzbuzz", "ratio:ours-4000") == "66.7 %"
+        assert _cell(table, AVERAGE_ROW, "ours-4000") == "7.25"
+        assert _cell(table, AVERAGE_ROW, "zlab") == "11.00"
+        assert _cell(table, AVERAGE_ROW, "ratio:ours-4000") == "65.9 %"
+        best = table.get_cell("fizzbuzz", "ours-4000")
+        worst = table.get_cell("binary_search", "ours-4000")
+        colours = app.get_css_variables()
+        assert isinstance(best, Text) and colours["success"] in str(best.style)
+        assert isinstance(worst, Text) and colours["error"] in str(worst.style)
+        assert "baseline ★ baseline (z-lab), DDTree-8" in str(pane.query_one("#eval-title", Static).content)
+
+        # add the vanilla run from the list (space) and see the speedup row
+        lst = pane.query_one("#eval-run-list", SelectionList)
+        lst.focus()
+        lst.highlighted = 2
+        await pilot.press("space")
+        await pilot.pause()
+        assert VANILLA_ROW in [str(k.value) for k in table.rows]
+        assert _cell(table, VANILLA_ROW, "ours-4000") == "4.00×"  # 600 / 150 tok/s
+        assert _cell(table, VANILLA_ROW, "vanilla") == "1.00×"
+        assert _cell(table, "fizzbuzz", "vanilla") == "1.00"  # no best/worst: all equal
+
+        # b: the highlighted run (vanilla) becomes the baseline
+        await pilot.press("b")
+        await pilot.pause()
+        assert pane.baseline_id == "vanilla"
+        assert _columns(table)[-3:] == ["★ vanilla", "baseline / vanilla", "ours / vanilla"]
+        assert _cell(table, AVERAGE_ROW, "ratio:ours-4000") == "725.0 %"
+        # m: next metric (tokens/s)
+        await pilot.press("m")
+        await pilot.pause()
+        assert pane.metric == "tokens_per_s"
+        assert _cell(table, "fizzbuzz", "ours-4000") == "600.0"
+        assert _cell(table, "binary_search", "ours-4000") == "n/a"
+
+
+async def test_pane_with_fewer_than_two_runs(tmp_path: Path) -> None:
+    pane = EvalPane(ResultStore(tmp_path / "none"))
+    app = PaneApp(pane)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        assert "No eval runs in" in str(pane.query_one("#eval-title", Static).content)
+        pane.query_one("#eval-run-list", SelectionList).focus()
+        await pilot.press("e")  # no runner: the app is asked
+        await pilot.pause()
+        assert any(isinstance(m, EvalPane.RunRequested) for m in app.messages)
+
+
+async def test_e_starts_a_live_run_against_the_simulator(store: ResultStore, tmp_path: Path) -> None:
+    draft = dflash_draft_dir(tmp_path, 16)
+    with SimServer(["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
+                    "--speculative-draft-window-size", "32"]) as sim:
+
+        async def start(emit: Any, on_result: Any) -> EvalRun:
+            return await start_eval(None, emit=emit, on_result=on_result, url=sim.url, results=str(store.root),
+                                    tasks=["fizzbuzz", "binary_search", "lru_cache"], label="live b16 w32")
+
+        pane = EvalPane(store, start_run=start)
+        app = PaneApp(pane)
+        async with app.run_test(size=(180, 50)) as pilot:
+            await pilot.pause()
+            pane.select_runs(["zlab"], baseline="zlab")
+            pane.query_one("#eval-run-list", SelectionList).focus()
+            await pilot.press("e")
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                if not pane.running and app.messages:
+                    break
+            await pilot.pause()
+            assert isinstance(app.messages[-1], EvalPane.RunFinished)
+            run = app.messages[-1].run
+            progress = [line for line in pane.log_lines if "/3] " in line]
+            assert len(progress) == 3 and all("acceptance" in line for line in progress)
+            assert "saved to" in pane.progress_text
+            # the new run is listed and selected next to the baseline: the table compares them
+            assert [r.id for r in pane.selected] == ["zlab", run.id]
+            table = pane.query_one("#eval-table", DataTable)
+            value = run.task("fizzbuzz").acceptance_length  # type: ignore[union-attr]
+            assert _cell(table, "fizzbuzz", run.id).split()[0] == f"{value:.2f}"
+            assert _cell(table, AVERAGE_ROW, f"ratio:{run.id}") == f"{run.average() / 11.0 * 100:.1f} %"
+            assert run.deployment.draft_window == 32
