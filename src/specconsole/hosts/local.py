@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, to_shell
 
-
 #: Longest line a stream may deliver (tqdm redraws joined by \r can be long).
 STREAM_LINE_LIMIT = 1 << 20
 

@@ -1,0 +1,431 @@
+"""The Textual console: ``specconsole [--config F] [--read-only] [--theme NAME]``.
+
+Structure:
+
+- the data comes from a :class:`~specconsole.monitor.Fleet` (or any
+  :class:`~specconsole.ui.provider.StatusProvider`); its sources run as their own asyncio tasks,
+  the UI never waits on a host. The app redraws every ``console.refresh_s`` from
+  ``fleet.statuses()``; change notifications only mark hosts dirty, and a connection change (or
+  a host's first data) triggers one coalesced redraw ~50 ms later, so nothing waits a full tick
+  to show a host going down and nothing redraws more than needed.
+- the panes (:mod:`specconsole.ui.panes`) render snapshots; layout and colours are in
+  ``console.tcss``; breakpoints put the host panes side by side from 120 columns.
+- every key, the footer, the ``?`` screen and the command palette come from one registry
+  (:mod:`specconsole.ui.registry`), remapped by ``[keys]``, gated by read-only mode.
+- themes are loaded from ``themes/*.toml`` (:mod:`specconsole.ui.themes`); ``t`` cycles them,
+  and the choice is remembered in ``console.state_dir``.
+- destructive actions go through :meth:`ConsoleApp.run_action_flow` (one hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from rich.console import Console
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Container, VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen, Screen
+from textual.theme import BUILTIN_THEMES
+from textual.timer import Timer
+from textual.widget import Widget
+from textual.widgets import Footer
+
+from specconsole.config import Config
+from specconsole.events import Event, EventLog
+from specconsole.monitor import HostStatus
+from specconsole.ui.format import Palette
+from specconsole.ui.history import History
+from specconsole.ui.palette import ActionsProvider
+from specconsole.ui.panes import (
+    EvalPane,
+    EventList,
+    EventsPane,
+    HostPane,
+    ServingPane,
+    SummaryBar,
+    TrainingPane,
+    View,
+)
+from specconsole.ui.provider import StatusProvider
+from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, plan_keys
+from specconsole.ui.screens import ConfirmScreen, HelpScreen
+from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
+
+#: How soon after a connection change (or a host's first data) the panes are redrawn.
+COALESCE_S = 0.05
+
+W = TypeVar("W", bound=Widget)
+
+
+def _dom_id(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+class ConsoleApp(App[int]):
+    """The console. ``fleet`` defaults to a real :class:`Fleet` for ``config``."""
+
+    CSS_PATH = "console.tcss"
+    TITLE = "specconsole"
+    COMMANDS = App.COMMANDS | {ActionsProvider}
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-medium"), (200, "-wide")]
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (40, "-tall")]
+
+    def __init__(self, config: Config, *, fleet: StatusProvider | None = None, read_only: bool = False,
+                 theme: str | None = None, clock: Callable[[], float] = time.time,
+                 themes: LoadedThemes | None = None, handle_signals: bool = False,
+                 start_fleet: bool = True) -> None:
+        self._config = config
+        self._read_only = read_only or config.console.read_only
+        self.clock = clock
+        self.loaded_themes = themes if themes is not None else load_themes()
+        if fleet is None:
+            from specconsole.monitor import Fleet
+
+            fleet = Fleet(config, events=EventLog(config.console.audit_log))
+        self.fleet: StatusProvider = fleet
+        self.events: EventLog = fleet.events
+        self.key_plan: KeyPlan = plan_keys(config.keys, self._read_only)
+        self.history = History()
+        self.console_state = ConsoleState(config.console.state_dir)
+        self.handle_signals = handle_signals
+        self.start_fleet = start_fleet
+        self.exit_signal: int | None = None
+        self.first_full_frame_at: float | None = None
+        self._dirty: set[str] = set()
+        self._pending: Timer | None = None
+        self._refreshes = 0
+        self._thread_id = threading.get_ident()
+        self._action_running: str | None = None
+        self._cli_theme = theme
+        super().__init__()
+        self._install_bindings()
+        self._register_themes()
+        remembered = self.console_state.theme
+        self.initial_theme = pick_theme(self.theme_names, cli=theme, remembered=remembered,
+                                        configured=config.console.theme)
+        if config.console.theme and config.console.theme not in self.theme_names:
+            self.events.emit(f"console.theme = {config.console.theme!r}: no such theme "
+                             f"(themes: {', '.join(self.theme_names)}); using {self.initial_theme}",
+                             level="warning")
+        self.theme = self.initial_theme
+        self.palette = Palette.from_variables(self.get_css_variables())
+        for warning in self.key_plan.warnings:
+            self.events.emit(warning, level="warning")
+        # events reach the pane through this queue (flushed on the UI thread); it starts with
+        # what happened before the console opened (the audit log's recent lines)
+        self.new_events: deque[Event] = deque(self.events.recent)
+        self.events.subscribe(self._event_added)
+
+    # -- the ActionContext protocol ------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def theme_names(self) -> list[str]:
+        return self.loaded_themes.names or ["textual-dark", "textual-light"]
+
+    # -- set-up ----------------------------------------------------------------------------
+    def _install_bindings(self) -> None:
+        """The registry's bindings, with their resolved keys and ids, replace Textual's palette key."""
+        by_key = self._bindings.key_to_bindings
+        for key in list(by_key):
+            by_key[key] = [b for b in by_key[key] if b.action not in ("command_palette", "app.command_palette")]
+            if not by_key[key]:
+                del by_key[key]
+        for bound in self.key_plan.bound:
+            if bound.key is None:
+                continue
+            spec = bound.spec
+            by_key.setdefault(bound.key, []).append(Binding(
+                bound.key, spec.id, spec.description, show=spec.show, id=spec.id, tooltip=spec.help,
+                priority=spec.id == "command_palette"))
+
+    def _register_themes(self) -> None:
+        for warning in self.loaded_themes.warnings:
+            self.events.emit(warning, level="warning")
+        if not self.loaded_themes.themes:
+            self.events.emit("no theme files found (themes/, ~/.config/specconsole/themes); "
+                             "using Textual's dark and light themes", level="warning")
+            self.loaded_themes.themes = {n: BUILTIN_THEMES[n] for n in ("textual-dark", "textual-light")}
+        for theme in self.loaded_themes.themes.values():
+            self.register_theme(theme)
+
+    def compose(self) -> ComposeResult:
+        yield SummaryBar(id="summary")
+        with VerticalScroll(id="body"):
+            with Container(id="hosts", classes=f"-n{min(len(self.config.hosts), 3)}"):
+                for h in self.config.hosts:
+                    yield HostPane(h, id=f"host-{_dom_id(h.name)}")
+            with Container(id="middle"):
+                for h in self.config.serve_hosts:
+                    yield ServingPane(h, id=f"serving-{_dom_id(h.name)}")
+                for h in self.config.train_hosts:
+                    yield TrainingPane(h, id=f"training-{_dom_id(h.name)}")
+                yield EvalPane(id="eval")
+            yield EventsPane(self.events, id="events")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        if self.handle_signals:
+            self._install_signal_handlers()
+        self.fleet.subscribe(self._fleet_changed)
+        if self._cli_theme and self._cli_theme != self.console_state.theme:
+            self._remember_theme(self._cli_theme)
+        self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes, name="refresh")
+        if self.start_fleet:
+            self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
+        self.refresh_panes()
+
+    async def _start_fleet(self) -> None:
+        try:
+            await self.fleet.start()
+        except Exception as err:  # a host that cannot even start must not take the console down
+            self.events.emit(f"starting the monitors failed: {err}", level="error")
+
+    async def on_unmount(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.fleet.stop(), 10)
+
+    # -- signals and terminal loss -------------------------------------------------------
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: int) -> None:
+        self.exit_signal = sig
+        self.events.emit(f"{signal.Signals(sig).name} received; stopping the monitors and leaving", level="warning")
+        self.exit(128 + sig)
+
+    # -- change notifications (may come from any thread) ----------------------------------
+    def _fleet_changed(self, host: str, kind: str) -> None:
+        if threading.get_ident() != self._thread_id:
+            self.call_from_thread(self._fleet_changed, host, kind)
+            return
+        self._dirty.add(host)
+        urgent = kind == "connection" or not self._has_data(host)
+        if urgent and self._pending is None and self.is_running:
+            self._pending = self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
+
+    def _has_data(self, host: str) -> bool:
+        pane = self._host_pane(host)
+        return pane is not None and bool(pane.row_keys)
+
+    def _coalesced_refresh(self) -> None:
+        self._pending = None
+        self.refresh_panes()
+
+    def _event_added(self, event: Event) -> None:
+        self.new_events.append(event)  # deque.append is thread-safe
+        if not self.is_running:
+            return
+        if threading.get_ident() != self._thread_id:
+            self.call_from_thread(self._flush_events)
+        else:
+            self.call_later(self._flush_events)
+
+    def _flush_events(self) -> None:
+        pane = self._one(EventsPane)
+        if pane is not None:
+            pane.flush(self.new_events)
+
+    # -- drawing -------------------------------------------------------------------------------
+    @property
+    def main_screen(self) -> Screen[Any] | None:
+        """The console's own screen (the bottom of the stack), also while a dialog is open."""
+        return self.screen_stack[0] if self.screen_stack else None
+
+    def _one(self, widget_type: type[W], selector: str | None = None) -> W | None:
+        screen = self.main_screen
+        if screen is None:
+            return None
+        try:
+            return screen.query_one(selector or widget_type, widget_type)  # type: ignore[arg-type]
+        except NoMatches:
+            return None
+
+    def _host_pane(self, name: str) -> HostPane | None:
+        return self._one(HostPane, f"#host-{_dom_id(name)}")
+
+    def statuses(self) -> dict[str, HostStatus]:
+        return {s.name: s for s in self.fleet.statuses()}
+
+    def refresh_panes(self) -> None:
+        """Redraw every pane from the latest snapshots (only what changed reaches the screen)."""
+        screen = self.main_screen
+        summary = self._one(SummaryBar)
+        if not self.is_running or screen is None or summary is None:
+            return
+        now = self.clock()
+        statuses = self.statuses()
+        for s in statuses.values():
+            self.history.record(s)
+        view = View(now=now, palette=self.palette, history=self.history)
+        for pane in screen.query(HostPane):
+            pane.show(statuses.get(pane.host.name), view)
+        for serving in screen.query(ServingPane):
+            serving.show(statuses.get(serving.host.name), view)
+        for training in screen.query(TrainingPane):
+            training.show(statuses.get(training.host.name), view)
+        summary.show(list(statuses.values()), view)
+        self._flush_events()
+        self._dirty.clear()
+        self._refreshes += 1
+        if self.first_full_frame_at is None and statuses and all(s.complete for s in statuses.values()):
+            self.call_after_refresh(self._mark_first_full_frame)
+
+    def _mark_first_full_frame(self) -> None:
+        if self.first_full_frame_at is None:
+            self.first_full_frame_at = time.time()
+            mark = os.environ.get("SPECCONSOLE_FIRST_FRAME_FILE")
+            if mark:
+                with contextlib.suppress(OSError), open(mark, "w") as f:
+                    f.write(f"{self.first_full_frame_at:.6f}\n")
+
+    def watch_theme(self, name: str) -> None:
+        self.palette = Palette.from_variables(self.get_css_variables())
+        if not self.is_running:
+            return
+        self.refresh_panes()  # cells are compared with their styles: every coloured cell is rewritten
+        screen = self.main_screen
+        if screen is not None:
+            for log in screen.query(EventList):
+                log.refresh()
+        if name in self.theme_names and name != self.console_state.theme:
+            self._remember_theme(name)
+
+    def _remember_theme(self, name: str) -> None:
+        problem = self.console_state.remember(theme=name)
+        if problem:
+            self.events.emit(problem, level="warning")
+
+    def screen_text(self) -> str:
+        """The current screen as plain text, one line per row (tests, the tmux smoke check)."""
+        width, height = self.size
+        console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                          color_system=None, record=True, legacy_windows=False, safe_box=False)
+        console.print(self.screen._compositor.render_update(
+            full=True, screen_stack=self._background_screens))
+        return console.export_text(styles=False)
+
+    # -- actions -------------------------------------------------------------------------------
+    def unavailable_reason(self, action_id: str) -> str | None:
+        if action_id in self.key_plan.removed_ids:
+            return "removed in read-only mode"
+        spec = BY_ID.get(action_id)
+        if spec is None:
+            return "no such action"
+        return spec.available(self)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action not in BY_ID:
+            return True
+        if not self.key_plan.is_bound(action):
+            return False  # read-only: removed entirely
+        if isinstance(self.screen, ModalScreen) and action not in ("command_palette", "quit"):
+            return False
+        return True if self.unavailable_reason(action) is None else None
+
+    def trigger_action(self, action_id: str) -> None:
+        """Run a registry action by id (the palette uses this), saying why when it cannot run."""
+        spec = BY_ID[action_id]
+        why = self.unavailable_reason(action_id)
+        if why is not None:
+            self.events.emit(f"{spec.description.lower()}: unavailable: {why}", level="warning")
+            self.notify(f"{spec.description}: {why}", severity="warning", timeout=4)
+            return
+        self.call_later(self.run_action, action_id)
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        reasons = {b.spec.id: r for b in self.key_plan.bound if (r := self.unavailable_reason(b.spec.id))}
+        self.push_screen(HelpScreen(self.key_plan, reasons, self.read_only))
+
+    def action_cycle_theme(self) -> None:
+        names = self.theme_names
+        index = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(index + 1) % len(names)]
+        self.events.emit(f"theme: {self.theme}")
+
+    def action_refresh(self) -> None:
+        self.refresh_panes()
+
+    def action_kill_training(self) -> None:
+        self._start_flow("kill_training")
+
+    def action_deploy(self) -> None:
+        self._start_flow("deploy")
+
+    def _start_flow(self, action_id: str) -> None:
+        if action_id in self.key_plan.removed_ids:
+            return  # read-only; the binding does not exist, this guards the palette and run_action
+        if self._action_running:
+            self.notify(f"{BY_ID[self._action_running].description} is still running", severity="warning")
+            return
+        self._action_running = action_id
+
+        async def flow() -> None:
+            try:
+                await self.run_action_flow(action_id)
+            except Exception as err:
+                self.events.emit(f"{BY_ID[action_id].description.lower()}: failed: {err!r}", level="error")
+            finally:
+                self._action_running = None
+
+        self.run_worker(flow(), name=action_id, group="actions", exit_on_error=False)
+
+    async def confirm(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> bool:
+        """Ask in a modal dialog whose default button is Cancel (call from a worker, e.g. a flow)."""
+        return bool(await self.push_screen_wait(ConfirmScreen(title, body, confirm_label, destructive=destructive)))
+
+    async def run_action_flow(self, action_id: str) -> None:
+        """THE hook for destructive actions (``kill_training``, ``deploy``); runs in a worker.
+
+        It owns the whole flow (:mod:`specconsole.ui.flows`): confirm (``await self.confirm(...)``,
+        Cancel focused), then act, emitting each step to ``self.events`` (events pane + audit log).
+        """
+        from specconsole.ui.flows import deploy_flow, kill_training_flow
+
+        flows = {"kill_training": kill_training_flow, "deploy": deploy_flow}
+        await flows[action_id](self)
+
+
+def run_console(config: Config, *, read_only: bool, theme: str | None) -> int:
+    """The ``specconsole`` command without a subcommand: run the console until q or a signal."""
+    themes = load_themes()
+    names = themes.names or ["textual-dark", "textual-light"]
+    if theme and theme not in names:
+        print(f"specconsole: --theme {theme}: no such theme (themes: {', '.join(names)}); "
+              f"add themes/{theme}.toml or pick one of those", file=sys.stderr)
+        return 2
+    if not sys.stdout.isatty() or not sys.stdin.isatty():
+        print("specconsole: the console needs a terminal; for a headless snapshot use "
+              "`specconsole status` (or `status --watch`)", file=sys.stderr)
+        return 2
+    app = ConsoleApp(config, read_only=read_only, theme=theme, themes=themes, handle_signals=True)
+    result = app.run()
+    if app.return_code not in (None, 0):
+        return int(app.return_code)
+    return int(result) if isinstance(result, int) else 0
+
+
+__all__ = ["REGISTRY", "ConsoleApp", "run_console"]

@@ -1,0 +1,77 @@
+"""Short histories for the plots: one point per new sample (not per redraw), last few minutes."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from specconsole.monitor import HostStatus
+
+KEEP = 600  # points; 10 min at 1 s samples, more than the widest plot shows
+
+
+class Series:
+    def __init__(self, keep: int = KEEP) -> None:
+        self.points: deque[float | None] = deque(maxlen=keep)
+        self.last_at: float | None = None
+
+    def add(self, at: float, value: float | None) -> None:
+        if self.last_at is not None and at <= self.last_at:
+            return  # the same sample seen again by another redraw
+        self.last_at = at
+        self.points.append(value)
+
+    def extend(self, values: Iterable[float | None]) -> None:
+        self.points.extend(values)
+
+    def values(self) -> list[float | None]:
+        return list(self.points)
+
+    @property
+    def latest(self) -> float | None:
+        return self.points[-1] if self.points else None
+
+
+def mean_utilization(gpu_snapshot: Any) -> float | None:
+    values = [g.utilization_pct for g in getattr(gpu_snapshot, "gpus", ()) if g.utilization_pct is not None]
+    return sum(values) / len(values) if values else None
+
+
+def tokens_per_s(status: HostStatus) -> tuple[str, float | None, float | None]:
+    """The host's tokens/s for its history: generation (SGLang) on a serving host, else training.
+
+    Returns ``(label, at, value)``; ``at`` is None when there is no sample yet.
+    """
+    if status.sglang is not None:
+        metrics = getattr(status.sglang.value, "metrics", None)
+        return "gen tok/s", status.sglang.at, getattr(metrics, "tokens_per_s", None)
+    if status.training is not None:
+        return "train tok/s", status.training.at, getattr(status.training.value, "tokens_per_s", None)
+    if "sglang" in status.expected:
+        return "gen tok/s", None, None
+    return "train tok/s", None, None
+
+
+class History:
+    """``history.series(host, kind)`` for kinds ``util``, ``tokens``, ``accept``."""
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
+        self._series: dict[tuple[str, str], Series] = {}
+
+    def series(self, host: str, kind: str) -> Series:
+        key = (host, kind)
+        if key not in self._series:
+            self._series[key] = Series(self.keep)
+        return self._series[key]
+
+    def record(self, status: HostStatus) -> None:
+        if status.gpu is not None and getattr(status.gpu.value, "gpus", ()):
+            self.series(status.name, "util").add(status.gpu.at, mean_utilization(status.gpu.value))
+        _label, at, value = tokens_per_s(status)
+        if at is not None:
+            self.series(status.name, "tokens").add(at, value)
+        if status.sglang is not None:
+            metrics = getattr(status.sglang.value, "metrics", None)
+            self.series(status.name, "accept").add(status.sglang.at, getattr(metrics, "spec_accept_length", None))

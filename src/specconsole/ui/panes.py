@@ -1,0 +1,460 @@
+"""The console's panes. Each reads :class:`~specconsole.monitor.HostStatus` snapshots and nothing else.
+
+Every pane has ``show(status, view)``, called by the app on each refresh; a pane only touches
+the widgets whose text changed (DataTable cells through ``update_cell`` on stable row keys), so
+a 1 Hz refresh redraws a handful of cells, never the whole screen.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.markup import escape
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import DataTable, Static
+
+from specconsole.config import HostConfig
+from specconsole.events import Event, EventLog
+from specconsole.monitor import HostStatus
+from specconsole.samples import Sample, format_age
+from specconsole.ui import format as fmt
+from specconsole.ui.history import History, tokens_per_s
+from specconsole.ui.widgets import PlotRow
+
+_BADGE_VAR = {"ok": "$success", "warn": "$warning", "bad": "$error", "idle": "$text-muted"}
+
+
+@dataclass(frozen=True)
+class View:
+    """What every pane needs besides its status: the clock, the colours and the histories."""
+
+    now: float
+    palette: fmt.Palette
+    history: History
+    compact: bool = False
+
+
+class TextBlock(Static):
+    """A Static that skips the update (and the relayout) when its text did not change."""
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        super().__init__(text, **kwargs)
+        self._text = text
+
+    def set(self, text: str) -> None:
+        if text != self._text:
+            self._text = text
+            self.update(text)
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+
+def _set_classes(widget: Any, **flags: bool) -> None:
+    for name, on in flags.items():
+        widget.set_class(on, f"-{name.replace('_', '-')}")
+
+
+# ------------------------------------------------------------------------------ host pane
+
+class HostPane(Vertical):
+    """One host: connection badge, sample age, GPU table, utilization and tokens/s history."""
+
+    def __init__(self, host: HostConfig, **kwargs: Any) -> None:
+        super().__init__(classes="pane host-pane", **kwargs)
+        self.host = host
+        self._rows: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._names: dict[int, str | None] = {}
+        self._good: Sample[Any] | None = None  # the last GPU sample that had readings
+
+    def compose(self) -> ComposeResult:
+        address = self.host.host or "local"
+        if self.host.connect == "ssh":
+            user = f"{self.host.user}@" if self.host.user else ""
+            port = f":{self.host.port}" if self.host.port else ""
+            address = f"{user}{self.host.host}{port}"
+        self.border_title = f"{self.host.name} [dim]· {self.host.role}[/]"
+        self.border_subtitle = escape(address)
+        yield TextBlock("… connecting", classes="badge")
+        yield TextBlock("", classes="problem")
+        table: DataTable[Text] = DataTable(cursor_type="none", show_cursor=False, zebra_stripes=False,
+                                           classes="gpus")
+        table.can_focus = False
+        for key, label in fmt.GPU_COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+        yield PlotRow("util %", maximum=100.0, classes="plot util")
+        yield PlotRow("tok/s", classes="plot tokens")
+
+    @property
+    def table(self) -> DataTable[Text]:
+        return self.query_one(".gpus", DataTable)
+
+    @property
+    def row_keys(self) -> list[str]:
+        return list(self._rows)
+
+    def show(self, status: HostStatus | None, view: View) -> None:
+        if status is None:
+            return
+        now = view.now
+        conn = status.connection
+        text, state = fmt.badge(conn, now)
+        gpu = status.gpu
+        snapshot = gpu.value if gpu is not None else None
+        if gpu is not None and snapshot.gpus:
+            self._good = gpu
+        # The pane dates itself by its last real GPU reading (error samples keep coming while a
+        # host is down; they say why, not what the GPUs do).
+        dated = self._good or fmt.newest(status)
+        stale = dated is None or dated.is_stale(now) or not status.reachable
+        if dated is None:
+            age_part = "[$text-muted]no samples yet[/]"
+        elif stale:
+            age_part = f"[b $warning]STALE {escape(format_age(dated.age(now)))} old[/]"
+        else:
+            age_part = f"sample {escape(format_age(dated.age(now)))} ago"
+        parts = [f"[b {_BADGE_VAR[state]}]{escape(text)}[/]", age_part]
+        shown = self._good.value if self._good is not None else None
+        if shown is not None:
+            parts.append(f"{len(shown.gpus)} GPU{'s' if len(shown.gpus) != 1 else ''}")
+        self.query_one(".badge", TextBlock).set(" · ".join(parts))
+
+        problems = []
+        if not status.reachable and conn.last_error:
+            problems.append(conn.last_error)
+        if snapshot is not None and snapshot.error and snapshot.error not in problems:
+            problems.append(snapshot.error)
+        problem = self.query_one(".problem", TextBlock)
+        problem.set(escape("; ".join(problems)))
+        problem.display = bool(problems)
+
+        _set_classes(self, stale=stale, down=state == "bad", reconnecting=state == "warn")
+        if shown is not None:
+            missing = snapshot.missing if snapshot is not None and snapshot.gpus else shown.missing
+            self._update_table(shown, missing, view.palette, stale)
+
+        util = view.history.series(status.name, "util")
+        self.query_one(".util", PlotRow).show(util.values(), fmt.num(util.latest, unit="%"))
+        label, _at, _value = tokens_per_s(status)
+        tokens = view.history.series(status.name, "tokens")
+        values = tokens.values()
+        peak = max((v for v in values if v is not None), default=None)
+        value_text = fmt.si(tokens.latest) + (f" ≤{fmt.si(peak)}" if peak else "")
+        self.query_one(".tokens", PlotRow).show(values, value_text, label)
+
+    def _update_table(self, snap: Any, missing: tuple[int, ...], palette: fmt.Palette, stale: bool) -> None:
+        table = self.table
+        added = False
+        for reading in snap.gpus:
+            self._names[reading.index] = reading.name
+            added |= self._put_row(table, f"gpu-{reading.index}",
+                                   fmt.gpu_cells(reading, snap.processes, palette, stale))
+        for index in missing:
+            added |= self._put_row(table, f"gpu-{index}",
+                                   fmt.missing_gpu_cells(index, self._names.get(index), palette))
+        if added:
+            table.sort("idx", key=lambda cell: int(cell.plain) if cell.plain.isdigit() else 0)
+
+    def _put_row(self, table: DataTable[Text], key: str, cells: tuple[Text, ...]) -> bool:
+        # Rich's Text equality ignores the base style: compare text *and* style, so a cell that
+        # only turns dim (stale) or changes colour (theme) is rewritten too.
+        sig = tuple((c.plain, str(c.style)) for c in cells)
+        old = self._rows.get(key)
+        if old is None:
+            table.add_row(*cells, key=key)
+            self._rows[key] = sig
+            return True
+        if old != sig:
+            for (col, _label), new, new_sig, before in zip(fmt.GPU_COLUMNS, cells, sig, old, strict=True):
+                if new_sig != before:
+                    table.update_cell(key, col, new, update_width=True)
+            self._rows[key] = sig
+        return False
+
+
+# ------------------------------------------------------------------------------ serving
+
+_SGLANG_STATE_VAR = {"healthy": "$success", "starting": "$warning", "loading": "$warning",
+                     "down": "$error", "error": "$error", "unhealthy": "$error"}
+
+
+class ServingPane(Vertical):
+    """SGLang on one serving host: state, deployment, load, throughput, acceptance length."""
+
+    def __init__(self, host: HostConfig, **kwargs: Any) -> None:
+        super().__init__(classes="pane serving-pane", **kwargs)
+        self.host = host
+
+    def compose(self) -> ComposeResult:
+        self.border_title = f"Serving [dim]· {self.host.name}[/]"
+        if self.host.sglang is not None:
+            self.border_subtitle = escape(self.host.sglang.unit)
+        yield TextBlock("waiting for the first SGLang sample…", classes="body")
+        yield PlotRow("accept len", classes="plot accept")
+
+    def show(self, status: HostStatus | None, view: View) -> None:
+        if status is None:
+            return
+        body = self.query_one(".body", TextBlock)
+        sample = status.sglang
+        if sample is None:
+            where = self.host.sglang.base_url if self.host.sglang else "?"
+            note = "host not reachable" if not status.reachable else "no answer yet"
+            body.set(f"[$text-muted]SGLang at {escape(where)}: {note}[/]")
+            _set_classes(self, stale=True)
+            return
+        v = sample.value
+        age, stale = fmt.sample_age_text(sample, view.now)
+        stale = stale or not status.reachable
+        state = str(getattr(v.state, "value", v.state))
+        var = _SGLANG_STATE_VAR.get(state, "$text-muted")
+        message = getattr(v, "message", None) or v.error
+        info, m = v.info, v.metrics
+        version = getattr(info, "version", None) if info else None
+        head = f"[b {var}]{escape(state)}[/]"
+        if message:
+            head += f" [{var}]{escape(str(message))}[/]"
+        lines = [f"{head}  ·  SGLang {escape(version or 'n/a')}  ·  [{'$warning' if stale else '$text-muted'}]"
+                 f"{escape(age)}[/]"]
+        if info is not None:
+            draft = getattr(info, "draft_model_path", None)
+            draft_name = draft.rstrip("/").rsplit("/", 1)[-1] if draft else "n/a"
+            algo = getattr(info, "algorithm", None) or "no speculation"
+            lines.append(f"algorithm [b]{escape(algo)}[/]  ·  draft [b]{escape(draft_name)}[/]")
+            lines.append(f"block size [b]{fmt.num(getattr(info, 'block_size', None))}[/]  ·  "
+                         f"draft window [b]{fmt.num(getattr(info, 'draft_window', None))}[/]  ·  "
+                         f"draft tokens [b]{fmt.num(getattr(info, 'num_draft_tokens', None))}[/]")
+        else:
+            lines.append("[$text-muted]deployment: /server_info not read yet[/]")
+        if m is not None:
+            lines.append(f"running [b]{fmt.num(m.running_reqs)}[/]  ·  queued [b]{fmt.num(m.queued_reqs)}[/]  ·  "
+                         f"gen [b]{fmt.si(m.tokens_per_s)}[/] tok/s")
+        else:
+            lines.append("[$text-muted]metrics: /metrics not read yet[/]")
+        body.set("\n".join(lines))
+        _set_classes(self, stale=stale)
+        accept = view.history.series(status.name, "accept")
+        latest = getattr(m, "spec_accept_length", None) if m is not None else None
+        if latest is None and info is not None:
+            latest = getattr(info, "avg_accept_length", None)
+        self.query_one(".accept", PlotRow).show(accept.values(), fmt.num(latest, "{:.2f}"))
+
+
+# ------------------------------------------------------------------------------ training
+
+class TrainingPane(Vertical):
+    """The training job on one host: progress, loss trend, rates, ETA, log freshness, last lines."""
+
+    RECENT = 4
+
+    def __init__(self, host: HostConfig, **kwargs: Any) -> None:
+        super().__init__(classes="pane training-pane", **kwargs)
+        self.host = host
+
+    def compose(self) -> ComposeResult:
+        self.border_title = f"Training [dim]· {self.host.name}[/]"
+        if self.host.training is not None:
+            self.border_subtitle = escape(self.host.training.log_path.rsplit("/", 1)[-1])
+        yield TextBlock("waiting for the training log…", classes="body")
+        yield PlotRow("loss", minimum=None, classes="plot loss")
+        yield TextBlock("", classes="freshness")
+        yield TextBlock("", classes="recent")
+
+    def show(self, status: HostStatus | None, view: View) -> None:
+        if status is None:
+            return
+        body = self.query_one(".body", TextBlock)
+        sample = status.training
+        if sample is None:
+            note = "host not reachable" if not status.reachable else "no log lines yet"
+            path = self.host.training.log_path if self.host.training else "?"
+            body.set(f"[$text-muted]{escape(path)}: {note}[/]")
+            _set_classes(self, stale=True)
+            return
+        p = sample.value
+        age, stale = fmt.sample_age_text(sample, view.now)
+        stale = stale or not status.reachable
+        pct = ""
+        target = p.target_steps or p.total_steps
+        if target and p.step is not None:
+            pct = f" ({100.0 * p.step / target:.1f}%)"
+        epoch = fmt.num(p.epoch, "{:.2f}")
+        epochs = f"/{p.total_epochs:g}" if p.total_epochs else ""
+        lines = [f"step [b]{fmt.progress_text(p.step, p.total_steps)}[/]{pct}  ·  epoch [b]{epoch}{epochs}[/]",
+                 f"tokens/s [b]{fmt.si(p.tokens_per_s)}[/]  ·  steps/s [b]{fmt.num(p.steps_per_s, '{:.2f}')}[/]",
+                 f"ETA [b]{escape(p.eta_text or 'n/a')}[/]"]
+        if p.error:
+            lines.append(f"[$error]{escape(p.error)}[/]")
+        body.set("\n".join(lines))
+        loss_values = list(p.loss_history) or ([p.loss] if p.loss is not None else [])
+        self.query_one(".loss", PlotRow).show(loss_values, fmt.num(p.loss, "{:.4f}"))
+
+        stall_min = self.host.training.stall_warning_min if self.host.training else 10.0
+        if p.last_line_at is None:
+            fresh = "[$text-muted]no log line yet[/]"
+            stalled = False
+        else:
+            since = max(0.0, view.now - p.last_line_at)
+            stalled = p.stalled or since >= stall_min * 60.0
+            if stalled:
+                fresh = (f"[b $error]⚠ no log line for {format_age(since)}[/] "
+                         f"[$error](stall warning after {stall_min:g} min)[/]")
+            else:
+                fresh = f"last log line {format_age(since)} ago"
+        if stale:
+            fresh += f"  ·  [b $warning]sample {escape(age)}[/]"
+        self.query_one(".freshness", TextBlock).set(fresh)
+        recent = [escape(line) for line in p.recent_lines[-self.RECENT:]]
+        self.query_one(".recent", TextBlock).set("\n".join(recent) or "[$text-muted](no lines)[/]")
+        _set_classes(self, stale=stale, stalled=stalled)
+
+
+# ------------------------------------------------------------------------------ eval
+
+EVAL_PLACEHOLDER = (
+    "No eval results yet. This pane will show acceptance length per coding task (checkpoints vs "
+    "a baseline) from `specconsole eval` runs: the benchmark suite in configs/, results saved as JSON "
+    "in the results folder; `e` will start a run against the current deployment."
+)
+
+
+class EvalPane(Vertical):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(classes="pane eval-pane", **kwargs)
+
+    def compose(self) -> ComposeResult:
+        self.border_title = "Eval"
+        yield Static(escape(EVAL_PLACEHOLDER), classes="body")
+
+
+# ------------------------------------------------------------------------------ events
+
+class EventList(ScrollView, can_focus=True):
+    """The events as lines: newest at the bottom, kept scrolled to the end unless scrolled up.
+
+    Lines are styled when drawn (from the app's current theme), cropped to the width, never
+    wrapped, and scroll sideways; a resize or a theme change simply redraws them.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "scroll_up", "Up", show=False),
+        Binding("down", "scroll_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "scroll_home", "Top", show=False),
+        Binding("end", "scroll_end", "Bottom", show=False),
+        Binding("left", "scroll_left", "Left", show=False),
+        Binding("right", "scroll_right", "Right", show=False),
+    ]
+
+    def __init__(self, keep: int = 1000, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.events: deque[Event] = deque(maxlen=keep)
+        self._lines: deque[str] = deque(maxlen=keep)
+        self._widest = 0
+
+    def add(self, events: list[Event]) -> None:
+        at_end = self.scroll_y >= self.max_scroll_y
+        for event in events:
+            self.events.append(event)
+            line = event.line()
+            self._lines.append(line)
+            self._widest = max(self._widest, len(line))
+        self.virtual_size = Size(self._widest, len(self._lines))
+        if at_end:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.refresh()
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self._lines)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if index >= len(self._lines):
+            return Strip.blank(width, base)
+        palette: fmt.Palette = getattr(self.app, "palette", fmt.Palette())
+        level = self.events[index].level
+        color = {"error": palette.error, "warning": palette.warning, "step": palette.accent}.get(level)
+        text = Text(self._lines[index], style=color or "", no_wrap=True, end="")
+        segments = list(text.render(self.app.console))
+        strip = Strip(Segment.apply_style(segments, base), text.cell_len)
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+
+class EventsPane(Vertical):
+    """The event log (connections, errors, actions and their steps), newest at the bottom."""
+
+    def __init__(self, events: EventLog, **kwargs: Any) -> None:
+        super().__init__(classes="pane events-pane", **kwargs)
+        self.events = events
+
+    def compose(self) -> ComposeResult:
+        self.border_title = "Events"
+        if self.events.audit_path is not None:
+            self.border_subtitle = escape(f"audit: {self.events.audit_path}")
+        yield EventList(keep=self.events.recent.maxlen or 1000, classes="log")
+
+    @property
+    def lines(self) -> list[str]:
+        return self.query_one(EventList).lines
+
+    def flush(self, pending: deque[Event]) -> None:
+        """Write the queued events (the app queues them as they are emitted, from any thread)."""
+        if not pending:
+            return
+        batch = []
+        while pending:
+            batch.append(pending.popleft())
+        self.query_one(EventList).add(batch)
+
+
+# ------------------------------------------------------------------------------ summary
+
+class SummaryBar(Static):
+    """One line that fits 80 columns: every host's badge, serving throughput, training step and ETA."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("specconsole", **kwargs)
+        self._text = ""
+
+    def show(self, statuses: list[HostStatus], view: View) -> None:
+        parts = ["[b]specconsole[/]"] if self.size.width >= 120 else []
+        for s in statuses:
+            text, state = fmt.badge(s.connection, view.now)
+            dated = fmt.newest(s)
+            age = format_age(dated.age(view.now)) if dated is not None else "-"
+            if dated is not None and dated.is_stale(view.now):
+                age = f"[$warning]{age}[/]"
+            parts.append(f"{escape(s.name)} [{_BADGE_VAR[state]}]{text.split(' ')[0]}[/] {age}")
+        for s in statuses:
+            if s.training is not None:
+                p = s.training.value
+                eta = f" ETA {escape(p.eta_text)}" if p.eta_text else ""
+                parts.append(f"step {fmt.progress_text(p.step, p.total_steps)}{eta}")
+        for s in statuses:
+            if s.sglang is not None:
+                v = s.sglang.value
+                state = str(getattr(v.state, "value", v.state))
+                m = v.metrics
+                tok = f" {fmt.si(m.tokens_per_s)} tok/s" if m is not None else ""
+                acc = f" acc {fmt.num(m.spec_accept_length, '{:.2f}')}" if m is not None else ""
+                parts.append(f"[{_SGLANG_STATE_VAR.get(state, '$text-muted')}]{escape(state)}[/]{tok}{acc}")
+        text = " │ ".join(parts)
+        if text != self._text:
+            self._text = text
+            self.update(text)

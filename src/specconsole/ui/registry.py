@@ -1,0 +1,223 @@
+"""The one action registry: every console action, its default key, what it does, and when it is offered.
+
+Bindings, the footer, the ``?`` help screen, the command palette and read-only gating are all
+derived from :data:`REGISTRY`; nothing else defines a key. ``[keys]`` in the config remaps an
+action by id (``kill_training = "ctrl+k"``). :func:`plan_keys` resolves the final key of each
+action and says, as warnings for the events pane, what in ``[keys]`` could not be applied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from specconsole.config import Config
+
+
+class ActionContext(Protocol):
+    """What availability predicates may look at (the app implements it)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def theme_names(self) -> list[str]: ...
+
+
+#: ``predicate(ctx)`` -> ``None`` when the action can run now, else why not (shown in help/palette).
+Availability = Callable[[ActionContext], "str | None"]
+
+
+def _always(_ctx: ActionContext) -> str | None:
+    return None
+
+
+def _has_train_host(ctx: ActionContext) -> str | None:
+    return None if ctx.config.train_hosts else "no training host configured"
+
+
+def _has_serve_host(ctx: ActionContext) -> str | None:
+    return None if ctx.config.serve_hosts else "no serving host configured"
+
+
+def _several_themes(ctx: ActionContext) -> str | None:
+    return None if len(ctx.theme_names) > 1 else "only one theme loaded"
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One console action. ``id`` is also the Textual action name (``action_<id>`` on the app)."""
+
+    id: str
+    key: str
+    description: str  # short, for the footer
+    help: str  # one sentence, for the help screen and the palette
+    destructive: bool = False
+    available: Availability = _always
+    show: bool = True  # in the footer
+    #: Confirm dialog title and button for destructive actions.
+    confirm_title: str = ""
+    confirm_button: str = ""
+
+
+REGISTRY: tuple[ActionSpec, ...] = (
+    ActionSpec("help", "question_mark", "Help", "Show every key binding and what it does"),
+    ActionSpec("command_palette", "ctrl+p", "Palette", "Open the command palette (search every action)",
+               show=False),
+    ActionSpec("cycle_theme", "t", "Theme", "Switch to the next theme from themes/ (remembered)",
+               available=_several_themes),
+    ActionSpec("refresh", "r", "Refresh", "Redraw every pane from the latest samples now", show=False),
+    ActionSpec("kill_training", "k", "Kill training",
+               "Stop the training job (torchrun and all workers) after confirmation",
+               destructive=True, available=_has_train_host,
+               confirm_title="Kill the training job?", confirm_button="Kill training"),
+    ActionSpec("deploy", "d", "Deploy",
+               "Deploy a draft model / speculative settings to SGLang (restarts it) after confirmation",
+               destructive=True, available=_has_serve_host,
+               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy"),
+    ActionSpec("quit", "q", "Quit", "Leave the console (monitors stop; nothing on the hosts changes)"),
+)
+
+BY_ID: dict[str, ActionSpec] = {spec.id: spec for spec in REGISTRY}
+
+# Characters Textual names differently in bindings; ``[keys]`` may use either form.
+_CHAR_NAMES = {
+    "?": "question_mark", "/": "slash", "\\": "backslash", "!": "exclamation_mark", "@": "at",
+    "#": "number_sign", "$": "dollar_sign", "%": "percent_sign", "^": "circumflex_accent",
+    "&": "ampersand", "*": "asterisk", "(": "left_parenthesis", ")": "right_parenthesis",
+    "-": "minus", "+": "plus", "=": "equals_sign", "[": "left_square_bracket",
+    "]": "right_square_bracket", "{": "left_curly_bracket", "}": "right_curly_bracket",
+    ";": "semicolon", ":": "colon", "'": "apostrophe", '"': "quotation_mark", ",": "comma",
+    ".": "full_stop", "<": "less_than_sign", ">": "greater_than_sign", "~": "tilde",
+    "`": "grave_accent", "|": "vertical_line", " ": "space",
+}
+_DISPLAY = {v: k for k, v in _CHAR_NAMES.items() if k != " "}
+_MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
+_KEY_NAME = re.compile(r"^[a-z0-9_]+$")
+
+
+def normalize_key(key: str) -> str | None:
+    """``"?"`` -> ``"question_mark"``, ``"Ctrl+K"`` -> ``"ctrl+k"``; ``None`` if it is not a key name."""
+    key = key.strip()
+    if not key:
+        return None
+    if key in _CHAR_NAMES:
+        return _CHAR_NAMES[key]
+    parts = key.split("+")
+    if len(parts) > 1 and parts[-1] == "":  # "ctrl++"
+        parts = [*parts[:-2], "plus"]
+    *mods, base = parts
+    mods = [m.lower() for m in mods]
+    if any(m not in _MODIFIERS for m in mods):
+        return None
+    if len(base) == 1:
+        base = _CHAR_NAMES.get(base, base)
+        if not mods and base.isupper():
+            return base  # Textual binds "K" as shift+k's character
+        base = base.lower()
+    else:
+        base = base.lower()
+    if not _KEY_NAME.match(base):
+        return None
+    return "+".join([*mods, base])
+
+
+def key_display(key: str) -> str:
+    """How a key is printed (help screen, dialogs): ``question_mark`` -> ``?``, ``ctrl+k`` -> ``^k``."""
+    *mods, base = key.split("+")
+    shown = _DISPLAY.get(base, base)
+    if mods == ["ctrl"]:
+        return f"^{shown}"
+    return "+".join([*mods, shown])
+
+
+@dataclass(frozen=True)
+class BoundAction:
+    spec: ActionSpec
+    key: str | None  # None: its key was taken by a remapped action (see the warnings)
+
+
+@dataclass
+class KeyPlan:
+    """The resolved bindings: what is bound to which key, what read-only removed, what went wrong."""
+
+    bound: list[BoundAction] = field(default_factory=list)
+    removed: list[ActionSpec] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def key_of(self, action_id: str) -> str | None:
+        for b in self.bound:
+            if b.spec.id == action_id:
+                return b.key
+        return None
+
+    def is_bound(self, action_id: str) -> bool:
+        return any(b.spec.id == action_id for b in self.bound)
+
+    @property
+    def removed_ids(self) -> set[str]:
+        return {s.id for s in self.removed}
+
+
+def plan_keys(remap: Mapping[str, str], read_only: bool,
+              registry: Iterable[ActionSpec] = REGISTRY) -> KeyPlan:
+    """Apply ``[keys]`` to the registry's default keys and drop destructive actions when read-only.
+
+    A remapped key wins over another action's default key (that action is left without a key
+    and a warning says so); two remaps to the same key keep the first and warn.
+    """
+    specs = list(registry)
+    ids = {s.id for s in specs}
+    plan = KeyPlan()
+    wanted: dict[str, str] = {}
+    for action_id, raw in remap.items():
+        if action_id not in ids:
+            known = ", ".join(sorted(ids))
+            plan.warnings.append(f"keys.{action_id}: no such action; ignored (actions: {known})")
+            continue
+        key = normalize_key(raw)
+        if key is None:
+            plan.warnings.append(f"keys.{action_id} = {raw!r}: not a key name; keeping "
+                                 f"{key_display(next(s.key for s in specs if s.id == action_id))}")
+            continue
+        wanted[action_id] = key
+    live = []
+    for spec in specs:
+        if read_only and spec.destructive:
+            plan.removed.append(spec)
+            if spec.id in wanted:
+                plan.warnings.append(f"keys.{spec.id}: ignored, read-only mode removes this action")
+        else:
+            live.append(spec)
+    taken: dict[str, str] = {}
+    # remapped actions claim their keys first, then defaults fill what is left
+    for spec in live:
+        key = wanted.get(spec.id)
+        if key is None:
+            continue
+        if key in taken:
+            plan.warnings.append(f"keys.{spec.id} = {key_display(key)!r}: already used by {taken[key]}; "
+                                 f"keeping {key_display(spec.key)}")
+            del wanted[spec.id]
+            continue
+        taken[key] = spec.id
+    final: dict[str, str | None] = {}
+    for spec in live:
+        if spec.id in wanted:
+            final[spec.id] = wanted[spec.id]
+            continue
+        owner = taken.get(spec.key)
+        if owner is not None and owner != spec.id:
+            plan.warnings.append(f"{spec.id}: its key {key_display(spec.key)} is now {owner}'s "
+                                 f"(keys.{owner}); give it one with keys.{spec.id} = \"...\"")
+            final[spec.id] = None
+            continue
+        taken[spec.key] = spec.id
+        final[spec.id] = spec.key
+    plan.bound = [BoundAction(spec, final[spec.id]) for spec in live]
+    return plan

@@ -1,0 +1,127 @@
+"""A fixed, realistic console state built from the real dataclasses (no hosts behind it).
+
+Used by the layout snapshots (with a frozen clock, so every run draws the same frame) and handy
+for trying a theme without a lab: ``ConsoleApp(sample_config(), fleet=sample_fleet(now),
+clock=lambda: now)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from specconsole.config import Config, parse_config
+from specconsole.events import Event, EventLog
+from specconsole.hosts import Connection, ConnState
+from specconsole.monitor import HostStatus
+from specconsole.samples import Sample
+from specconsole.sources.gpu import GpuProcess, GpuReading, GpuSnapshot, GpuState
+from specconsole.sources.sglang import ServerInfo, ServerState, SglangMetrics, SglangSnapshot
+from specconsole.sources.training import TrainingProgress, TrainingRecord
+from specconsole.ui.history import History
+from specconsole.ui.provider import FixedStatuses
+
+#: 2025-06-02 09:30:00 UTC: the frozen "now" of the snapshots.
+FROZEN_NOW = 1748856600.0
+
+
+def sample_config(state_dir: str = "/nonexistent/specconsole-state", audit_log: str | None = None,
+                  **console: Any) -> Config:
+    return parse_config({
+        "console": {"refresh_s": 1.0, "state_dir": state_dir,
+                    "audit_log": audit_log or f"{state_dir}/audit.log", **console},
+        "hosts": [
+            {"name": "train", "role": "train", "connect": "ssh", "host": "gpu-train-01", "user": "ops",
+             "training": {"log_path": "/data/runs/dflash-qwen3-8b/train.jsonl", "total_epochs": 6,
+                          "steps_per_epoch": 33000, "stall_warning_min": 10}},
+            {"name": "serve", "role": "serve", "connect": "ssh", "host": "gpu-serve-01", "user": "ops",
+             "sglang": {"base_url": "http://127.0.0.1:30000", "unit": "sglang.service"}},
+        ],
+    }, "<sample>")
+
+
+def _gpu(index: int, util: float, mem_used: float, power: float, temp: float) -> GpuReading:
+    return GpuReading(index=index, uuid=f"GPU-{index:08x}", name="NVIDIA H200", utilization_pct=util,
+                      memory_util_pct=util * 0.6, memory_used_mib=mem_used, memory_total_mib=143771.0,
+                      power_draw_w=power, power_limit_w=700.0, temperature_c=temp, sm_clock_mhz=1980.0,
+                      pstate="P0")
+
+
+def sample_statuses(now: float = FROZEN_NOW, *, train_state: ConnState = ConnState.CONNECTED) -> list[HostStatus]:
+    train_gpus = tuple(_gpu(i, 97.0 - (i % 3), 61000.0 + 37 * i, 612.0 + 4 * i, 64.0 + i % 4) for i in range(8))
+    train_procs = tuple(GpuProcess(41200 + i, "/usr/bin/python3", 60990.0, f"GPU-{i:08x}", i) for i in range(8))
+    serve_gpus = tuple(_gpu(i, 62.0 + 3 * i, 118000.0, 455.0 + 10 * i, 58.0 + i) for i in range(2))
+    serve_procs = (GpuProcess(7311, "sglang::scheduler", 117990.0, "GPU-00000000", 0),
+                   GpuProcess(7312, "sglang::scheduler", 117990.0, "GPU-00000001", 1))
+    info = ServerInfo(version="0.5.23", algorithm="DFLASH",
+                      draft_model_path="/models/dflash-qwen3-8b-b16", block_size=16, num_draft_tokens=16,
+                      draft_window=16, model_path="/models/Qwen3-8B", avg_accept_length=6.41)
+    metrics = SglangMetrics(gen_throughput=1843.2, tokens_per_s=1843.2, running_reqs=6, queued_reqs=1,
+                            spec_accept_length=6.38, generation_tokens_total=9.1e6, token_usage=0.41)
+    losses = tuple(2.9 * math.exp(-i / 40) + 0.55 + 0.03 * math.sin(i) for i in range(120))
+    progress = TrainingProgress(
+        log_path="/data/runs/dflash-qwen3-8b/train.jsonl",
+        last=TrainingRecord(step=12345, epoch=0.3741, loss=losses[-1], lr=3e-4, tokens_per_s=48210.0),
+        step=12345, total_steps=198000, epoch=0.3741, total_epochs=6.0, steps_per_epoch=33000.0,
+        loss=losses[-1], loss_history=losses, lr=3e-4, tokens_per_s=48210.0, steps_per_s=0.318,
+        eta_s=7 * 86400 + 2 * 3600, eta_target="6 epochs", eta_text="7d 2h to 6 epochs", target_steps=198000,
+        last_line_at=now - 2.4, lines_seen=12400, recent_lines=(
+            '{"step": 12343, "epoch": 0.374, "loss": 0.6012, "lr": 0.0003, "tokens_per_s": 48190}',
+            '{"step": 12344, "epoch": 0.374, "loss": 0.5987, "lr": 0.0003, "tokens_per_s": 48230}',
+            '{"step": 12345, "epoch": 0.3741, "loss": 0.5969, "lr": 0.0003, "tokens_per_s": 48210}',
+        ),
+    )
+    if train_state is ConnState.CONNECTED:
+        train_conn = Connection(ConnState.CONNECTED, since=now - 3600, last_ok=now - 0.3)
+        train_at = now - 0.4
+    else:
+        train_conn = Connection(train_state, since=now - 42, attempt=2, last_ok=now - 45,
+                                last_error="train: connection to ops@gpu-train-01 lost")
+        train_at = now - 44.0
+    return [
+        HostStatus(
+            name="train", role="train", address="ops@gpu-train-01", connection=train_conn,
+            gpu=Sample(GpuSnapshot(GpuState.OK, train_gpus, train_procs, at=train_at), at=train_at, interval=1.0),
+            sglang=None,
+            training=Sample(progress, at=train_at, interval=1.0),
+            expected=("gpu", "training"),
+        ),
+        HostStatus(
+            name="serve", role="serve", address="ops@gpu-serve-01",
+            connection=Connection(ConnState.CONNECTED, since=now - 3600, last_ok=now - 0.2),
+            gpu=Sample(GpuSnapshot(GpuState.OK, serve_gpus, serve_procs, at=now - 0.6), at=now - 0.6, interval=1.0),
+            sglang=Sample(SglangSnapshot(ServerState.HEALTHY, 200, None, info, metrics, at=now - 0.7),
+                          at=now - 0.7, interval=2.0),
+            training=None,
+            expected=("gpu", "sglang"),
+        ),
+    ]
+
+
+def sample_events(now: float = FROZEN_NOW) -> EventLog:
+    log = EventLog(None)
+    for dt, message, source, level in (
+        (-3600.2, "connected to ops@gpu-train-01", "train", "info"),
+        (-3600.1, "connected to ops@gpu-serve-01", "serve", "info"),
+        (-1800.0, "reconnecting (attempt 1): serve: connection to ops@gpu-serve-01 lost", "serve", "warning"),
+        (-1797.5, "connected to ops@gpu-serve-01", "serve", "info"),
+        (-60.0, "theme: dark", "console", "info"),
+    ):
+        log.recent.append(Event(message, source, level, at=now + dt))  # type: ignore[arg-type]
+    return log
+
+
+def sample_fleet(now: float = FROZEN_NOW, **kwargs: Any) -> FixedStatuses:
+    return FixedStatuses(sample_statuses(now, **kwargs), sample_events(now))
+
+
+def seed_history(history: History, now: float = FROZEN_NOW, points: int = 240) -> None:
+    """Deterministic histories: utilization dips during an eval, throughput follows the load."""
+    for i in range(points):
+        at = now - (points - i)
+        dip = 40.0 if 150 <= i < 165 else 0.0
+        history.series("train", "util").add(at, 96.5 - dip + (i % 3))
+        history.series("train", "tokens").add(at, 48000.0 + 400 * math.sin(i / 9) - dip * 900)
+        history.series("serve", "util").add(at, 55.0 + 15 * math.sin(i / 14))
+        history.series("serve", "tokens").add(at, 1700.0 + 300 * math.sin(i / 14) if i % 50 else None)
+        history.series("serve", "accept").add(at, 6.2 + 0.3 * math.sin(i / 6))

@@ -1,0 +1,162 @@
+"""Themes from files, and the console's small remembered state (the chosen theme).
+
+Theme files are TOML, one theme each (see ``themes/dark.toml`` for every key). They are looked
+up in, in order (a later file with the same ``name`` replaces an earlier one):
+
+1. the ``themes/`` folder shipped with specconsole (beside ``src/``),
+2. ``~/.config/specconsole/themes/``,
+3. every folder in ``$SPECCONSOLE_THEMES`` (``:``-separated).
+
+A broken file is skipped with a one-line warning naming the file, the key and the fix; the
+console still starts. The chosen theme is stored as JSON in ``<console.state_dir>/console.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from textual.color import Color, ColorParseError
+from textual.theme import Theme
+
+THEMES_ENV = "SPECCONSOLE_THEMES"
+#: The bundled themes folder: <repo>/themes (src/specconsole/ui/themes.py -> parents[3]).
+BUNDLED_DIR = Path(__file__).resolve().parents[3] / "themes"
+USER_DIR = Path("~/.config/specconsole/themes")
+STATE_FILE = "console.json"
+DEFAULT_THEME = "dark"
+
+_COLOR_KEYS = ("primary", "secondary", "accent", "foreground", "background", "surface", "panel",
+               "boost", "success", "warning", "error")
+_ALLOWED = {"name", "dark", "luminosity_spread", "text_alpha", "variables", *_COLOR_KEYS}
+
+
+class ThemeFileError(ValueError):
+    pass
+
+
+@dataclass
+class LoadedThemes:
+    themes: dict[str, Theme] = field(default_factory=dict)  # in load order
+    sources: dict[str, Path] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.themes)
+
+
+def theme_dirs() -> list[Path]:
+    dirs = [BUNDLED_DIR, USER_DIR.expanduser()]
+    extra = os.environ.get(THEMES_ENV, "")
+    dirs.extend(Path(p).expanduser() for p in extra.split(":") if p.strip())
+    return dirs
+
+
+def parse_theme(data: dict[str, Any], path: Path) -> Theme:
+    """A Textual :class:`Theme` from one file's TOML table; raises :class:`ThemeFileError`."""
+    where = str(path)
+    unknown = sorted(set(data) - _ALLOWED)
+    if unknown:
+        raise ThemeFileError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_ALLOWED))})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ThemeFileError(f'{where}: name: required, e.g. name = "{path.stem}"')
+    if "primary" not in data:
+        raise ThemeFileError(f'{where}: primary: required, e.g. primary = "#4FA3E0"')
+    kwargs: dict[str, Any] = {"name": name.strip()}
+    for key in _COLOR_KEYS:
+        if key in data:
+            value = data[key]
+            try:
+                Color.parse(value)
+            except (ColorParseError, TypeError, ValueError):
+                raise ThemeFileError(f'{where}: {key} = {value!r} is not a colour; write e.g. "#4FA3E0"') from None
+            kwargs[key] = value
+    if "dark" in data:
+        if not isinstance(data["dark"], bool):
+            raise ThemeFileError(f"{where}: dark must be true or false")
+        kwargs["dark"] = data["dark"]
+    for key in ("luminosity_spread", "text_alpha"):
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ThemeFileError(f"{where}: {key} must be a number from 0 to 1, got {value!r}")
+            kwargs[key] = float(value)
+    variables = data.get("variables", {})
+    if not isinstance(variables, dict) or not all(isinstance(v, str) for v in variables.values()):
+        raise ThemeFileError(f'{where}: [variables] must map names to strings, e.g. "text-muted" = "#888888"')
+    kwargs["variables"] = dict(variables)
+    return Theme(**kwargs)
+
+
+def load_themes(dirs: Iterable[Path] | None = None) -> LoadedThemes:
+    out = LoadedThemes()
+    for d in theme_dirs() if dirs is None else dirs:
+        if not d.is_dir():
+            continue
+        for path in sorted(d.glob("*.toml")):
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+                theme = parse_theme(data, path)
+            except (OSError, UnicodeDecodeError) as err:
+                out.warnings.append(f"theme file {path}: cannot read ({err}); skipped")
+                continue
+            except tomllib.TOMLDecodeError as err:
+                out.warnings.append(f"theme file {path}: invalid TOML ({err}); skipped")
+                continue
+            except ThemeFileError as err:
+                out.warnings.append(f"theme file {err}; skipped")
+                continue
+            out.themes.pop(theme.name, None)  # a later file replaces it (and moves to the end)
+            out.themes[theme.name] = theme
+            out.sources[theme.name] = path
+    # A stable cycle order: dark, light, high-contrast first, then the rest by name.
+    order = {"dark": 0, "light": 1, "high-contrast": 2}
+    out.themes = dict(sorted(out.themes.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])))
+    return out
+
+
+class ConsoleState:
+    """A small JSON file of things the console remembers between runs (today: the theme)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(state_dir).expanduser() / STATE_FILE
+
+    def read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def theme(self) -> str | None:
+        value = self.read().get("theme")
+        return value if isinstance(value, str) else None
+
+    def remember(self, **values: Any) -> str | None:
+        """Merge ``values`` into the file; returns an error message instead of raising."""
+        data = {**self.read(), **values}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            tmp.replace(self.path)
+        except OSError as err:
+            return f"cannot remember the theme in {self.path}: {err.strerror}; set console.state_dir"
+        return None
+
+
+def pick_theme(available: list[str], *, cli: str | None, remembered: str | None,
+               configured: str | None) -> str:
+    """``--theme`` > the remembered choice > ``console.theme`` > ``dark`` > the first one loaded."""
+    for name in (cli, remembered, configured, DEFAULT_THEME):
+        if name and name in available:
+            return name
+    return available[0]

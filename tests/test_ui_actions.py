@@ -1,0 +1,118 @@
+"""k and d in the console: confirm dialogs with Cancel focused, then the real actions on a lab of
+the test's own (real torchrun job, real systemctl + SGLang simulator), steps in the events pane."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Button, Input
+
+from specconsole.config import load_config
+from specconsole.lab.environment import Lab, LabOptions
+from specconsole.ui.app import ConsoleApp
+from specconsole.ui.deploy_screen import DeployForm
+from specconsole.ui.panes import EventsPane
+from specconsole.ui.screens import ConfirmScreen
+from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def action_lab(tmp_path: Path) -> Iterator[Lab]:
+    lab = Lab(tmp_path / "lab", LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0, sglang_load_rps=1,
+                                           gpu_interval_s=0.5, sglang_interval_s=0.5))
+    lab.up()
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def make_app(lab: Lab, tmp_path: Path) -> ConsoleApp:
+    cfg = load_config(lab.config_path)
+    cfg = dataclasses.replace(cfg, console=dataclasses.replace(
+        cfg.console, state_dir=str(tmp_path / "state"), audit_log=str(tmp_path / "audit.log")))
+    return ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
+
+
+async def wait_for(pilot: Pilot[Any], check: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await pilot.pause(0.25)
+    app: ConsoleApp = pilot.app  # type: ignore[assignment]
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; screen:\n{app.screen_text()}")
+
+
+def has(events: EventsPane, text: str) -> bool:
+    return any(text in line for line in events.lines)
+
+
+def server_info(lab: Lab) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{lab.state.sglang_port}/server_info", timeout=5) as r:
+        return json.loads(r.read())
+
+
+async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp_path: Path) -> None:
+    app = make_app(action_lab, tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        events = app.query_one(EventsPane)
+        statuses = lambda: {s.name: s for s in app.fleet.statuses()}  # noqa: E731
+        await wait_for(pilot, lambda: all(s.reachable for s in statuses().values()), "both hosts connected")
+        await wait_for(pilot, lambda: bool(statuses()["train"].training and statuses()["train"].training.value.step),
+                       "training steps")
+
+        # k: the plan dialog, Cancel focused; Enter cancels and nothing is killed
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the kill dialog")
+        assert isinstance(app.focused, Button) and app.focused.id == "cancel"
+        body = app.screen.body_text  # type: ignore[attr-defined]
+        assert "launcher" in body and "worker" in body and "GPU 0: 61000 MiB" in body
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: has(events, "cancelled by the operator; nothing was changed"), "cancel")
+        launcher = action_lab.state.trainer_pid
+        assert launcher and Path(f"/proc/{launcher}").exists()
+
+        # k again, confirm: every step and command shows in the events pane
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the kill dialog")
+        await pilot.click("#confirm-button")
+        await wait_for(pilot, lambda: has(events, "training job stopped on train"), "the kill to finish")
+        assert has(events, f"$ kill -TERM {launcher}") and has(events, "exit 0 in")
+
+        # d: the form is prefilled (window 16); Enter plans; the plan dialog has Cancel focused
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form")
+        assert app.screen.query_one("#deploy-draft_window", Input).value == "16"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the deploy plan")
+        assert isinstance(app.focused, Button) and app.focused.id == "cancel"
+        assert "NEXTN -> DFLASH" in app.screen.body_text  # type: ignore[attr-defined]
+        await pilot.press("tab", "enter")
+        await wait_for(pilot, lambda: has(events, "deployed: "), "the deploy to finish", timeout=120)
+        assert has(events, "$ systemctl restart sglang.service") and has(events, "smoke:")
+        info = server_info(action_lab)
+        assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_window_size"] == 16
+        await wait_for(pilot, lambda: (s := statuses()["serve"].sglang) is not None and s.value.info is not None
+                       and s.value.info.algorithm == "DFLASH", "the serving pane's source to see DFLASH")
+
+        # a bad window is refused before anything changes, with SGLang's constraint named
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form")
+        window = app.screen.query_one("#deploy-draft_window", Input)
+        window.value = "8"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: has(events, "draft window 8 is smaller than the block size 16"), "refusal")
+        assert server_info(action_lab)["speculative_draft_window_size"] == 16
+    audit = (tmp_path / "audit.log").read_text()
+    assert "kill -TERM" in audit and "systemctl restart sglang.service" in audit
