@@ -17,6 +17,12 @@ from specconsole.lab.environment import Lab, LabOptions
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
+@pytest.fixture(autouse=True)
+def _own_eval_results(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read or write the user's eval results."""
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(tmp_path_factory.mktemp("eval-results")))
+
+
 def _need_sshd() -> None:
     if not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
         pytest.fail("OpenSSH sshd is required for the lab tests: apt-get install -y openssh-server "

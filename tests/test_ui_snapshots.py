@@ -28,6 +28,8 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(autouse=True)
 def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("TZ", "UTC")
+    # the eval pane names its (empty) results folder: make it the same on every run
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", "/nonexistent/specconsole-eval-results")
     time.tzset()
     yield
     monkeypatch.undo()

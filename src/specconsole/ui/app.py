@@ -45,11 +45,11 @@ from textual.widgets import Footer
 from specconsole.config import Config
 from specconsole.events import Event, EventLog
 from specconsole.monitor import HostStatus
+from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
 from specconsole.ui.palette import ActionsProvider
 from specconsole.ui.panes import (
-    EvalPane,
     EventList,
     EventsPane,
     HostPane,
@@ -178,7 +178,7 @@ class ConsoleApp(App[int]):
                     yield ServingPane(h, id=f"serving-{_dom_id(h.name)}")
                 for h in self.config.train_hosts:
                     yield TrainingPane(h, id=f"training-{_dom_id(h.name)}")
-                yield EvalPane(id="eval")
+                yield EvalPane(id="eval", start_run=self._start_eval)
             yield EventsPane(self.events, id="events")
         yield Footer()
 
@@ -368,6 +368,16 @@ class ConsoleApp(App[int]):
 
     def action_refresh(self) -> None:
         self.refresh_panes()
+
+    def action_eval_run(self) -> None:
+        self.query_one(EvalPane).action_start_run()
+
+    async def _start_eval(self, emit: Callable[[Any], None], on_result: Callable[[Any], None]) -> Any:
+        """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
+        from specconsole.actions.steps import audit
+        from specconsole.eval.cli import start_eval
+
+        return await start_eval(self.config, emit=audit(self.events, also=emit), on_result=on_result)
 
     def action_kill_training(self) -> None:
         self._start_flow("kill_training")

@@ -70,7 +70,6 @@ class EvalPane(Vertical):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("e", "start_run", "Eval run", tooltip="Start an eval run against the current deployment"),
         Binding("b", "baseline_highlighted", "Baseline", tooltip="Make the highlighted run the baseline"),
         Binding("m", "cycle_metric", "Metric", tooltip="Show acceptance length, tokens/s or latency"),
     ]

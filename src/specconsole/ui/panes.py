@@ -322,22 +322,6 @@ class TrainingPane(Vertical):
 
 # ------------------------------------------------------------------------------ eval
 
-EVAL_PLACEHOLDER = (
-    "No eval results yet. This pane will show acceptance length per coding task (checkpoints vs "
-    "a baseline) from `specconsole eval` runs: the benchmark suite in configs/, results saved as JSON "
-    "in the results folder; `e` will start a run against the current deployment."
-)
-
-
-class EvalPane(Vertical):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(classes="pane eval-pane", **kwargs)
-
-    def compose(self) -> ComposeResult:
-        self.border_title = "Eval"
-        yield Static(escape(EVAL_PLACEHOLDER), classes="body")
-
-
 # ------------------------------------------------------------------------------ events
 
 class EventList(ScrollView, can_focus=True):

@@ -72,6 +72,8 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("cycle_theme", "t", "Theme", "Switch to the next theme from themes/ (remembered)",
                available=_several_themes),
     ActionSpec("refresh", "r", "Refresh", "Redraw every pane from the latest samples now", show=False),
+    ActionSpec("eval_run", "e", "Eval", "Run the coding-task eval against the current deployment (eval pane)",
+               available=_has_serve_host),
     ActionSpec("kill_training", "k", "Kill training",
                "Stop the training job (torchrun and all workers) after confirmation",
                destructive=True, available=_has_train_host,
