@@ -347,17 +347,21 @@ class EventList(ScrollView, can_focus=True):
         self.events: deque[Event] = deque(maxlen=keep)
         self._lines: deque[str] = deque(maxlen=keep)
         self._widest = 0
+        self._follow = True  # keep showing the newest line until the operator scrolls up
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self._follow = new >= self.max_scroll_y - 1
 
     def add(self, events: list[Event]) -> None:
-        at_end = self.scroll_y >= self.max_scroll_y
         for event in events:
             self.events.append(event)
             line = event.line()
             self._lines.append(line)
             self._widest = max(self._widest, len(line))
         self.virtual_size = Size(self._widest, len(self._lines))
-        if at_end:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        if self._follow:  # after the new size is laid out, or the end is not the end yet
+            self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
         self.refresh()
 
     @property
