@@ -1,0 +1,108 @@
+"""The console in tmux on the lab: time to first full frame, and CPU while idle at 1 s refresh.
+
+Baseline, measured in the same run on the same lab: ``watch -n1`` running
+``ssh HOST nvidia-smi --query-gpu=...`` for each host (what operators do today).
+
+- first full frame: from starting ``specconsole`` in a tmux pane until the captured pane
+  shows GPU rows of both hosts, tokens/s and the training step;
+- idle CPU: CPU seconds per minute of the console process (``/proc/PID/stat`` utime+stime)
+  over the window, vs the ``watch`` processes including their ssh children (cutime+cstime).
+
+Usage: .venv/bin/python bench/console_startup.py [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specconsole.lab.environment import Lab, LabOptions
+from specconsole.sources.gpu import QUERY_GPU_FIELDS
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int, children: bool = False) -> float:
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
+    return ticks / TICK
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def pane_pid(session: str) -> int:
+    return int(tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=30.0)
+    args = ap.parse_args()
+    if not shutil.which("tmux"):
+        print("bench: needs tmux", file=sys.stderr)
+        return 2
+    tmp = Path(tempfile.mkdtemp(prefix="specconsole-bench-"))
+    lab = Lab(tmp / "lab" / "state", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0))
+    lab.up()
+    exe = Path(sys.executable).parent / "specconsole"
+    try:
+        time.sleep(8)  # the trainer's first steps, SGLang loaded
+        s = f"bench-console-{os.getpid()}"
+        t0 = time.monotonic()
+        tmux("new-session", "-d", "-s", s, "-x", "160", "-y", "48", f"exec {exe} --config {lab.config_path}")
+        first = None
+        while time.monotonic() - t0 < 60:
+            screen = tmux("capture-pane", "-p", "-t", s)
+            if screen.count("H200") >= 10 and re.search(r"tok/s", screen) and re.search(r"step [0-9,]+/", screen):
+                first = time.monotonic() - t0
+                break
+            time.sleep(0.05)
+        pid = pane_pid(s)
+        time.sleep(3)
+        c0 = cpu_s(pid)
+        time.sleep(args.seconds)
+        console = (cpu_s(pid) - c0) / (args.seconds / 60)
+        tmux("kill-session", "-t", s)
+
+        watches = []
+        for name, h in lab.state.hosts.items():
+            ssh = (f"ssh -q -i {lab.keys / 'client_ed25519'} -o UserKnownHostsFile={lab.keys / 'known_hosts'} "
+                   f"-o BatchMode=yes -p {h.port} root@{h.address} nvidia-smi "
+                   f"--query-gpu={','.join(QUERY_GPU_FIELDS)} --format=csv,noheader,nounits")
+            ws = f"bench-watch-{name}-{os.getpid()}"
+            tmux("new-session", "-d", "-s", ws, "-x", "160", "-y", "48", f"exec watch -n1 {ssh}")
+            watches.append(ws)
+        t1 = time.monotonic()
+        while "H200" not in tmux("capture-pane", "-p", "-t", watches[0]) and time.monotonic() - t1 < 30:
+            time.sleep(0.05)
+        watch_first = time.monotonic() - t1
+        time.sleep(3)
+        pids = [pane_pid(w) for w in watches]
+        w0 = sum(cpu_s(p, children=True) for p in pids)
+        time.sleep(args.seconds)
+        watch = (sum(cpu_s(p, children=True) for p in pids) - w0) / (args.seconds / 60)
+        for w in watches:
+            tmux("kill-session", "-t", w)
+    finally:
+        lab.down()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{'figure':46} {'console':>10} {'watch -n1 ssh':>14} {'ratio':>7}")
+    print(f"{'first full frame, s (console: both hosts)':46} {first or float('nan'):10.2f} {watch_first:14.2f} "
+          f"{'':>7}")
+    print(f"{'CPU s per minute while idle, 1 s refresh':46} {console:10.2f} {watch:14.2f} "
+          f"{watch / console if console else float('inf'):6.1f}x")
+    print("\nthe console shows GPUs, SGLang, training and events for 2 hosts; the watch loops show GPU rows only.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
