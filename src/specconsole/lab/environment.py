@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -485,7 +486,7 @@ stall_warning_min = 2
 
 [hosts.training.kill]
 pid_file = {_q(self.trainer_pid_file)}
-pattern = "specconsole.lab.trainer"
+pattern = {_q(re.escape(f"specconsole.lab.trainer --log-path {self.train_log}"))}
 grace_s = 30
 
 [[hosts]]
