@@ -75,7 +75,7 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         # k: the plan dialog, Cancel focused; Enter cancels and nothing is killed
         await pilot.press("k")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the kill dialog")
-        assert isinstance(app.focused, Button) and app.focused.id == "cancel"
+        await wait_for(pilot, lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", "Cancel focused")
         body = app.screen.body_text  # type: ignore[attr-defined]
         assert "launcher" in body and "worker" in body and "GPU 0: 61000 MiB" in body
         await pilot.press("enter")
@@ -96,7 +96,7 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         assert app.screen.query_one("#deploy-draft_window", Input).value == "16"
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the deploy plan")
-        assert isinstance(app.focused, Button) and app.focused.id == "cancel"
+        await wait_for(pilot, lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", "Cancel focused")
         assert "NEXTN -> DFLASH" in app.screen.body_text  # type: ignore[attr-defined]
         await pilot.press("tab", "enter")
         await wait_for(pilot, lambda: has(events, "deployed: "), "the deploy to finish", timeout=120)

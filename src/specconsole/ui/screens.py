@@ -74,6 +74,7 @@ class ConfirmScreen(ModalScreen[bool]):
     """A yes/no question whose default (focused) button is Cancel; escape also cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", show=False)]
+    AUTO_FOCUS = "#cancel"  # focused as the screen activates (on_mount repeats it for older Textual)
 
     def __init__(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> None:
         super().__init__(id="confirm")
