@@ -44,8 +44,15 @@ class HostStatus:
 
     @property
     def complete(self) -> bool:
-        """Every source this host is configured for has published at least once."""
-        return all(getattr(self, kind) is not None for kind in self.expected)
+        """Every source this host is configured for has published something meaningful: a
+        training sample counts once the log's first lines arrived or the tail reported why not."""
+        for kind in self.expected:
+            sample = getattr(self, kind)
+            if sample is None:
+                return False
+            if kind == "training" and not (sample.value.lines_seen or sample.value.error):
+                return False
+        return True
 
 
 class HostMonitor:
