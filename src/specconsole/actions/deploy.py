@@ -15,8 +15,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import difflib
 import json
 import re
@@ -27,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specconsole.actions.sglang_flags import SERVER_INFO_KEYS, Argv, SglangCli, help_command
+from specconsole.actions.sglang_flags import CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.actions.steps import Steps
 from specconsole.actions.unit import ServiceUnit, dropin_text, parse_unit, quote_exec
 from specconsole.config import HostConfig
@@ -212,7 +210,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     for concept, given in (("draft_window", window_in), ("block_size", block_in), ("algorithm", algo_in)):
         if given is not None and concept not in flag_names:
             raise DeployRefused(f"SGLang {version or ''} on {cfg.name} has no flag for the {concept.replace('_', ' ')} "
-                                f"(looked for {', '.join(_candidates(concept))} in its --help)".replace("  ", " "))
+                                f"(looked for {', '.join(CONCEPTS[concept])} in its --help)".replace("  ", " "))
 
     new = dict(cur)
     draft_cfg: dict[str, Any] | None = None
@@ -298,12 +296,6 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         plan.expect["speculative_algorithm"] = ["NEXTN", "EAGLE"]
     steps.info(f"plan: {plan.summary()}")
     return plan
-
-
-def _candidates(concept: str) -> tuple[str, ...]:
-    from specconsole.actions.sglang_flags import CONCEPTS
-
-    return CONCEPTS[concept]
 
 
 def _int(value: str | None) -> int | None:
@@ -426,7 +418,6 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> D
     """Relay the agent's events as steps until its final event; survive dropped connections."""
     seen = 0
     events: list[dict[str, Any]] = []
-    drops = 0
     while True:
         try:
             async with host.stream(["tail", "-n", "+1", "-F", progress]) as stream:
@@ -444,7 +435,6 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> D
                         return DeployOutcome(ev.get("outcome", "crashed"), ev.get("message", ""), events)
             raise HostUnavailable(f"{host.name}: the progress stream ended")
         except HostUnavailable as err:
-            drops += 1
             steps.warn(f"lost the connection to {host.name} ({_one_line(err)}); the deploy continues on the "
                        f"host; reconnecting to follow it")
             started = time.monotonic()
@@ -452,8 +442,6 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> D
                 steps.emit("heartbeat", f"waiting to reconnect to {host.name} for "
                            f"{time.monotonic() - started:.0f}s; last seen: {host.status.last_error}")
             steps.info(f"reconnected to {host.name}; re-attaching to the deploy (after event {seen})")
-            with contextlib.suppress(Exception):
-                await asyncio.sleep(0.2)
 
 
 def _relay(steps: Steps, ev: dict[str, Any], host: str) -> None:
