@@ -35,8 +35,16 @@ def cpu_s(pid: int, children: bool = False) -> float:
     return ticks / TICK
 
 
+#: A private tmux server for the whole run (never the user's), kept up by a "keep" session:
+#: killing the last session of a server makes the next new-session race its shutdown.
+TMUX = ["tmux", "-L", f"specconsole-bench-{os.getpid()}", "-f", "/dev/null"]
+
+
 def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+    res = subprocess.run([*TMUX, *args], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"tmux {' '.join(args[:3])}: {res.stderr.strip()}")
+    return res.stdout
 
 
 def pane_pid(session: str) -> int:
@@ -55,6 +63,7 @@ def main() -> int:
     lab.up()
     exe = Path(sys.executable).parent / "specconsole"
     try:
+        tmux("new-session", "-d", "-s", "keep", "sleep 86400")
         time.sleep(8)  # the trainer's first steps, SGLang loaded
         s = f"bench-console-{os.getpid()}"
         t0 = time.monotonic()
@@ -93,6 +102,7 @@ def main() -> int:
         for w in watches:
             tmux("kill-session", "-t", w)
     finally:
+        subprocess.run([*TMUX, "kill-server"], capture_output=True, check=False)
         lab.down()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{'figure':46} {'console':>10} {'watch -n1 ssh':>14} {'ratio':>7}")

@@ -106,6 +106,7 @@ class ConsoleApp(App[int]):
         self._dirty: set[str] = set()
         self._pending: Timer | None = None
         self._refreshes = 0
+        self._panes: list[HostPane | ServingPane | TrainingPane] | None = None
         self._thread_id = threading.get_ident()
         self._action_running: str | None = None
         self._cli_theme = theme
@@ -279,12 +280,10 @@ class ConsoleApp(App[int]):
         for s in statuses.values():
             self.history.record(s)
         view = View(now=now, palette=self.palette, history=self.history)
-        for pane in screen.query(HostPane):
+        if self._panes is None:  # the panes never change after mount; walking the DOM does cost
+            self._panes = [*screen.query(HostPane), *screen.query(ServingPane), *screen.query(TrainingPane)]
+        for pane in self._panes:
             pane.show(statuses.get(pane.host.name), view)
-        for serving in screen.query(ServingPane):
-            serving.show(statuses.get(serving.host.name), view)
-        for training in screen.query(TrainingPane):
-            training.show(statuses.get(training.host.name), view)
         summary.show(list(statuses.values()), view)
         self._flush_events()
         self._dirty.clear()

@@ -96,15 +96,22 @@ class PlotRow(Horizontal):
         self._value_text = ""
 
     def compose(self) -> ComposeResult:
-        yield Static(self._label, classes="plot-label")
-        yield BarPlot(maximum=self._maximum, minimum=self._minimum)
-        yield Static("", classes="plot-value")
+        self._label_widget = Static(self._label, classes="plot-label")
+        self._plot = BarPlot(maximum=self._maximum, minimum=self._minimum)
+        self._value_widget = Static("", classes="plot-value")
+        yield self._label_widget
+        yield self._plot
+        yield self._value_widget
+
+    @property
+    def plot(self) -> BarPlot:
+        return self._plot
 
     def show(self, values: Sequence[float | None], value_text: str, label: str | None = None) -> None:
-        self.query_one(BarPlot).set_values(values)
+        self._plot.set_values(values)
         if value_text != self._value_text:
             self._value_text = value_text
-            self.query_one(".plot-value", Static).update(value_text)
+            self._value_widget.update(value_text, layout=False)  # fixed width
         if label is not None and label != self._label:
             self._label = label
-            self.query_one(".plot-label", Static).update(label)
+            self._label_widget.update(label, layout=False)
