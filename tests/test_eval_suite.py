@@ -10,13 +10,14 @@ from specconsole.errors import ConfigError
 from specconsole.eval.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "src" / "specconsole" / "data" / "eval-coding.toml"
 TEN = ("fizzbuzz", "binary_search", "linked_list_reverse", "json_parser", "async_rate_limiter",
        "trie_autocomplete", "merge_sort", "lru_cache", "graph_bfs", "matrix_multiply")
 
 
 def test_shipped_suite_has_the_ten_tasks_greedy() -> None:
     suite = load_suite()
-    assert Path(suite.path) == REPO / "configs" / "eval-coding.toml"
+    assert Path(suite.path) == SHIPPED
     assert suite.task_names == TEN
     assert suite.temperature == 0.0 and suite.max_new_tokens == 512
     for t in suite.tasks:
@@ -28,11 +29,12 @@ def test_shipped_suite_has_the_ten_tasks_greedy() -> None:
         suite.select(["fizz"])
 
 
-def test_extends_adds_and_replaces(tmp_path: Path) -> None:
+@pytest.mark.parametrize("extends", [str(SHIPPED), "eval-coding.toml"], ids=["path", "shipped-name"])
+def test_extends_adds_and_replaces(tmp_path: Path, extends: str) -> None:
     mine = tmp_path / "mine.toml"
     mine.write_text(f'''
 [suite]
-extends = "{REPO / "configs" / "eval-coding.toml"}"
+extends = "{extends}"
 name = "coding-plus"
 max_new_tokens = 256
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specconsole import __version__
+from specconsole import __version__, paths
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
 
@@ -32,7 +32,7 @@ def _say(message: str) -> None:
 
 
 def resolve_config_path(given: str | None) -> str:
-    """--config, else $SPECCONSOLE_CONFIG / ~/.config/specconsole/config.toml, else a running lab's."""
+    """--config, else $SPECCONSOLE_CONFIG / <config dir>/config.toml, else a running lab's."""
     from specconsole.config import default_config_path
 
     if given:
@@ -207,7 +207,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- demo
 
-DEMO_DIR = "~/.local/state/specconsole/demo"
+DEMO_DIR = str(paths.state_dir() / "demo")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -294,9 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specconsole", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"specconsole {__version__}")
     p.add_argument("--config", help="console config (TOML); default: $SPECCONSOLE_CONFIG, "
-                   "~/.config/specconsole/config.toml, or the running lab's")
+                   f"{paths.default_config_file()}, or the running lab's")
     p.add_argument("--read-only", action="store_true", help="console: remove every destructive binding")
-    p.add_argument("--theme", help="console: theme name from themes/ (t cycles them)")
+    p.add_argument("--theme", help="console: theme name (shipped, or from <config dir>/themes/; t cycles them)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     st = sub.add_parser("status", help="print one snapshot of every host and exit (1 if a host is unreachable)")
@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
     for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
                    lab_sub.add_parser("status", help="is the lab running, and where is its config")):
-        action.add_argument("--dir", help="lab folder (default ~/.local/state/specconsole/lab)")
+        action.add_argument("--dir", help=f"lab folder (default {paths.state_dir() / 'lab'})")
     return p
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from specconsole import paths
 from specconsole.errors import ConfigError
 
 Role = Literal["train", "serve", "both"]
@@ -103,8 +104,8 @@ class ConsoleSettings:
     refresh_s: float = 1.0
     read_only: bool = False
     theme: str | None = None
-    audit_log: str = "~/.local/state/specconsole/audit.log"
-    state_dir: str = "~/.local/state/specconsole"
+    audit_log: str = field(default_factory=lambda: str(paths.state_dir() / "audit.log"))
+    state_dir: str = field(default_factory=lambda: str(paths.state_dir()))
 
 
 @dataclass(frozen=True)
@@ -327,5 +328,5 @@ def default_config_path() -> str | None:
     env = os.environ.get(DEFAULT_CONFIG_ENV)
     if env:
         return env
-    user = Path("~/.config/specconsole/config.toml").expanduser()
+    user = paths.default_config_file()
     return str(user) if user.exists() else None

@@ -1,6 +1,6 @@
 """Eval: acceptance length per coding task, measured against SGLang and compared across runs.
 
-* :mod:`~specconsole.eval.suite` loads a benchmark definition (``configs/eval-coding.toml``).
+* :mod:`~specconsole.eval.suite` loads a benchmark definition (the shipped ``eval-coding.toml``).
 * :mod:`~specconsole.eval.runner` sends each task to SGLang's ``/generate`` and records
   acceptance length (completion_tokens / spec_verify_ct), tokens/s and latency per task, plus
   the deployment it measured (from ``/server_info``).

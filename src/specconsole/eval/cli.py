@@ -57,7 +57,7 @@ def _run_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
     p.add_argument("--max-new-tokens", type=_positive_int, default=d(None), metavar="N",
                    help="override the suite's max new tokens for every task")
     p.add_argument("--suite", default=d(None), metavar="FILE",
-                   help="benchmark definition (default: configs/eval-coding.toml)")
+                   help="benchmark definition (default: the shipped eval-coding.toml)")
     p.add_argument("--url", default=d(None), help="SGLang base URL to measure, bypassing the config")
     p.add_argument("--host", default=d(None), metavar="NAME",
                    help="serving host from the config (default: the only one)")

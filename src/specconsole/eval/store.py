@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from specconsole import paths
 from specconsole.errors import SpecConsoleError
 
 SCHEMA = "specconsole.eval/1"
@@ -217,13 +218,11 @@ def make_run_id(label: str, created_at: str) -> str:
 
 
 def default_results_dir() -> Path:
-    """$SPECCONSOLE_EVAL_RESULTS, else $XDG_STATE_HOME/specconsole/eval, else ~/.local/state/specconsole/eval."""
+    """$SPECCONSOLE_EVAL_RESULTS, else ``eval/`` in the state folder ($XDG_STATE_HOME/specconsole/eval)."""
     env = os.environ.get(RESULTS_ENV)
     if env:
         return Path(env).expanduser()
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state).expanduser() if state else Path("~/.local/state").expanduser()
-    return base / "specconsole" / "eval"
+    return paths.state_dir() / "eval"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

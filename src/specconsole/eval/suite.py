@@ -1,6 +1,6 @@
 """The benchmark definition: a TOML file of tasks (prompts) and sampling settings.
 
-``configs/eval-coding.toml`` ships the ten coding tasks. A suite file::
+``eval-coding.toml`` (package data, ``specconsole/data/``) ships the ten coding tasks. A suite file::
 
     [suite]
     name = "coding"
@@ -8,7 +8,8 @@
     temperature = 0.0            # greedy: acceptance length is only comparable at temperature 0
     max_new_tokens = 512
     prompt_template = "{prompt}" # how a task's prompt becomes the /generate text
-    # extends = "eval-coding.toml"   # optional: start from another suite (path relative to this file)
+    # extends = "eval-coding.toml"   # optional: start from another suite (a path relative to this
+    #                                  file, else a shipped suite of that name)
 
     [[tasks]]
     name = "fizzbuzz"
@@ -29,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specconsole import paths
 from specconsole.errors import ConfigError
 
 SUITE_ENV = "SPECCONSOLE_EVAL_SUITE"
@@ -86,15 +88,12 @@ class Suite:
 
 
 def default_suite_path() -> Path | None:
-    """$SPECCONSOLE_EVAL_SUITE, else ``configs/eval-coding.toml`` of this checkout, else ./configs/."""
+    """$SPECCONSOLE_EVAL_SUITE, else the shipped ``eval-coding.toml``."""
     env = os.environ.get(SUITE_ENV)
     if env:
         return Path(env).expanduser()
-    repo = Path(__file__).resolve().parents[3] / "configs" / DEFAULT_SUITE_NAME
-    if repo.is_file():
-        return repo
-    here = Path.cwd() / "configs" / DEFAULT_SUITE_NAME
-    return here if here.is_file() else None
+    shipped = paths.data_path(DEFAULT_SUITE_NAME)
+    return shipped if shipped.is_file() else None
 
 
 def load_suite(path: str | os.PathLike[str] | None = None) -> Suite:
@@ -113,7 +112,8 @@ def _read_toml(p: Path) -> dict[str, Any]:
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(shown, None, "file not found", "check the path (see configs/eval-coding.toml)") from None
+        raise ConfigError(shown, None, "file not found",
+                          f"check the path (the shipped suite is {DEFAULT_SUITE_NAME!r})") from None
     except OSError as err:
         raise ConfigError(shown, None, f"cannot read: {err.strerror}", "check the path and its permissions") from None
     try:
@@ -145,7 +145,10 @@ def _load(p: Path, chain: tuple[Path, ...]) -> Suite:
         ext = head["extends"]
         if not isinstance(ext, str) or not ext:
             raise ConfigError(shown, "suite.extends", "must be a file path", 'write extends = "eval-coding.toml"')
-        base = _load((p.parent / Path(ext).expanduser()), (*chain, resolved))
+        target = p.parent / Path(ext).expanduser()
+        if not target.exists() and Path(ext).name == ext and paths.data_path(ext).is_file():
+            target = paths.data_path(ext)  # a shipped suite by name, e.g. extends = "eval-coding.toml"
+        base = _load(target, (*chain, resolved))
 
     name = head.get("name", base.name if base else p.stem)
     if not isinstance(name, str) or not name:

@@ -38,12 +38,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specconsole import paths
 from specconsole.errors import SpecConsoleError
 
 Say = Callable[[str], None]
 
 LAB_DIR_ENV = "SPECCONSOLE_LAB_DIR"
-DEFAULT_LAB_DIR = "~/.local/state/specconsole/lab"
+DEFAULT_LAB_DIR = str(paths.state_dir() / "lab")
 
 TRAIN_GPUS = 8
 SERVE_GPUS = 2

@@ -1,10 +1,10 @@
 """Themes from files, and the console's small remembered state (the chosen theme).
 
-Theme files are TOML, one theme each (see ``themes/dark.toml`` for every key). They are looked
-up in, in order (a later file with the same ``name`` replaces an earlier one):
+Theme files are TOML, one theme each (see ``specconsole/data/themes/dark.toml`` for every key).
+They are looked up in, in order (a later file with the same ``name`` replaces an earlier one):
 
-1. the ``themes/`` folder shipped with specconsole (beside ``src/``),
-2. ``~/.config/specconsole/themes/``,
+1. the themes shipped in the package (``specconsole/data/themes/``),
+2. ``themes/`` in the user's config folder (``$XDG_CONFIG_HOME/specconsole/themes/``),
 3. every folder in ``$SPECCONSOLE_THEMES`` (``:``-separated).
 
 A broken file is skipped with a one-line warning naming the file, the key and the fix; the
@@ -24,10 +24,11 @@ from typing import Any
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
+from specconsole import paths
+
 THEMES_ENV = "SPECCONSOLE_THEMES"
-#: The bundled themes folder: <repo>/themes (src/specconsole/ui/themes.py -> parents[3]).
-BUNDLED_DIR = Path(__file__).resolve().parents[3] / "themes"
-USER_DIR = Path("~/.config/specconsole/themes")
+#: The themes shipped in the package.
+BUNDLED_DIR = paths.data_path("themes")
 STATE_FILE = "console.json"
 DEFAULT_THEME = "dark"
 
@@ -52,7 +53,7 @@ class LoadedThemes:
 
 
 def theme_dirs() -> list[Path]:
-    dirs = [BUNDLED_DIR, USER_DIR.expanduser()]
+    dirs = [BUNDLED_DIR, paths.config_dir() / "themes"]
     extra = os.environ.get(THEMES_ENV, "")
     dirs.extend(Path(p).expanduser() for p in extra.split(":") if p.strip())
     return dirs
