@@ -12,7 +12,7 @@ Structure:
   ``console.tcss``; breakpoints put the host panes side by side from 120 columns.
 - every key, the footer, the ``?`` screen and the command palette come from one registry
   (:mod:`specconsole.ui.registry`), remapped by ``[keys]``, gated by read-only mode.
-- themes are loaded from ``themes/*.toml`` (:mod:`specconsole.ui.themes`); ``t`` cycles them,
+- themes are loaded from TOML files (:mod:`specconsole.ui.themes`); ``t`` cycles them,
   and the choice is remembered in ``console.state_dir``.
 - destructive actions go through :meth:`ConsoleApp.run_action_flow` (one hook).
 """
@@ -42,6 +42,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer
 
+from specconsole import paths
 from specconsole.config import Config
 from specconsole.events import Event, EventLog
 from specconsole.monitor import HostStatus
@@ -162,7 +163,7 @@ class ConsoleApp(App[int]):
         for warning in self.loaded_themes.warnings:
             self.events.emit(warning, level="warning")
         if not self.loaded_themes.themes:
-            self.events.emit("no theme files found (themes/, ~/.config/specconsole/themes); "
+            self.events.emit(f"no theme files found (shipped, {paths.config_dir() / 'themes'}); "
                              "using Textual's dark and light themes", level="warning")
             self.loaded_themes.themes = {n: BUILTIN_THEMES[n] for n in ("textual-dark", "textual-light")}
         for theme in self.loaded_themes.themes.values():
@@ -424,7 +425,7 @@ def run_console(config: Config, *, read_only: bool, theme: str | None) -> int:
     names = themes.names or ["textual-dark", "textual-light"]
     if theme and theme not in names:
         print(f"specconsole: --theme {theme}: no such theme (themes: {', '.join(names)}); "
-              f"add themes/{theme}.toml or pick one of those", file=sys.stderr)
+              f"add {paths.config_dir() / 'themes' / theme}.toml or pick one of those", file=sys.stderr)
         return 2
     if not sys.stdout.isatty() or not sys.stdin.isatty():
         print("specconsole: the console needs a terminal; for a headless snapshot use "
