@@ -2,6 +2,10 @@
 
 ``lab_hosts``: two SSH hosts only (cheap, one per test that breaks things).
 ``lab``: the whole lab, started once per session, for read-only checks against it.
+
+Every test that starts lab parts (sshd, systemctl, torchrun, tmux) is marked ``lab``, so
+``pytest -m "not lab"`` is the fast inner loop: the tests using the fixtures above, plus
+:data:`LAB_TESTS`, which start them on their own.
 """
 
 from __future__ import annotations
@@ -15,6 +19,24 @@ import pytest
 from specconsole.lab.environment import Lab, LabOptions
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+LAB_FIXTURES = frozenset({"lab", "lab_hosts"})
+#: Node-id prefixes (below tests/) of tests that start lab parts without those fixtures.
+LAB_TESTS = (
+    "test_deploy.py",  # its own serving lab (sshd, systemctl, the SGLang simulator)
+    "test_kill_training.py",  # its own training lab (sshd, torchrun)
+    "test_ui_actions.py",  # its own whole lab
+    "test_tmux_smoke.py",  # the demo in tmux
+    "test_lab_trainer.py::test_torchrun_",  # a real torchrun job
+    "test_status_cli.py::test_lab_cli_",  # `specconsole lab up` / `down`
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        node = item.nodeid.removeprefix("tests/")
+        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())) or node.startswith(LAB_TESTS):
+            item.add_marker(pytest.mark.lab)
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ run from a folder outside the checkout, it has its themes, its eval suite and it
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -26,6 +27,13 @@ def run(cmd: list[str | Path], cwd: Path, env: dict[str, str] | None = None) -> 
     return res
 
 
+def _setuptools_major() -> int:
+    try:
+        return int(importlib.metadata.version("setuptools").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return 0
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel built from a copy of this checkout's sources (no stale build/)."""
@@ -35,7 +43,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, tree / name)
     shutil.copytree(REPO / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", base / "dist", tree], cwd=base)
+    isolation = ["--no-build-isolation"] if _setuptools_major() >= 71 else []  # this env's backend (has bdist_wheel)
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation, "-w", base / "dist", tree], cwd=base)
     (wheel,) = (base / "dist").glob("specconsole-*.whl")
     env = base / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", env], cwd=base)
