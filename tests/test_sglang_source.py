@@ -471,7 +471,8 @@ async def test_through_a_real_tunnel_stopped_is_down_and_a_lost_host_is_unreacha
     await host.start()
     assert await host.wait_connected(30)
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there on the host
-    source = SglangSource(host, cfg(url, tunnel=True))
+    # a generous timeout: under load a slow answer must not read as an error here
+    source = SglangSource(host, SglangConfig(base_url=url, tunnel=True, interval_s=0.2, timeout_s=10))
     try:
         # a stopped server through the forward: closed or reset at once, always "down"
         snaps = await samples_of(source, 12)

@@ -513,11 +513,12 @@ class SglangSource:
         """Why the host itself cannot be reached, or None when it can.
 
         Through a tunnel, a failed request may be the connection going (its state follows a
-        moment later), so the host is asked directly: a trivial command must run.
+        moment later), so on a change from a good state the host is asked directly: a trivial
+        command must run. While SGLang is already down, the connection state is enough.
         """
         if self.host.status.state in (ConnState.RECONNECTING, ConnState.DOWN, ConnState.CLOSED):
             return self._host_problem()
-        if not self.cfg.tunnel:
+        if not self.cfg.tunnel or self._last_state is ServerState.DOWN:
             return None
         try:
             await self.host.run(["true"], timeout=self.cfg.timeout_s)
