@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from specconsole.config import load_config
+from specconsole.config import (
+    ConsoleSettings,
+    GpuConfig,
+    HostConfig,
+    KillConfig,
+    SglangConfig,
+    SshSettings,
+    TrainingConfig,
+    load_config,
+)
 from specconsole.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,3 +107,85 @@ def test_cli_reports_bad_config_in_one_line_with_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1, res.stderr
     assert str(path) in lines[0] and "role" in lines[0] and "fix:" in lines[0]
     assert "Traceback" not in res.stderr
+
+
+SERVE = """
+[[hosts]]
+name = "s1"
+role = "serve"
+connect = "ssh"
+host = "s1.example"
+port = 2222
+
+[hosts.sglang]
+base_url = "http://127.0.0.1:30000"
+"""
+S = "hosts[0] (s1)"
+G = "hosts[0] (gpu1)"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "needle"),
+    [
+        # URLs that used to end in a traceback when the sources started
+        (SERVE.replace("127.0.0.1:30000", "127.0.0.1:99999"), f"{S}.sglang.base_url", "Port out of range"),
+        (SERVE.replace("http://127.0.0.1:30000", "http://[::1"), f"{S}.sglang.base_url", "Invalid IPv6 URL"),
+        (SERVE.replace("http://127.0.0.1:30000", "http://:30000"), f"{S}.sglang.base_url", "no host in"),
+        (SERVE.replace("127.0.0.1:30000", "127.0.0.1:0"), f"{S}.sglang.base_url", "is not a TCP port"),
+        # NVML reads the console's own machine
+        (SERVE + '[hosts.gpu]\nsource = "nvml"\n', f"{S}.gpu.source", "not of an SSH host"),
+        # zero where zero makes no sense
+        ("[console]\nrefresh_s = 0\n" + MINIMAL, "console.refresh_s", "must be positive"),
+        (MINIMAL + '[hosts.gpu]\ninterval_s = 0\n', f"{G}.gpu.interval_s", "must be positive"),
+        (SERVE + "interval_s = 0\n", f"{S}.sglang.interval_s", "must be positive"),
+        (SERVE + "timeout_s = 0\n", f"{S}.sglang.timeout_s", "must be positive"),
+        ("[ssh]\nconnect_timeout_s = 0\n" + MINIMAL, "ssh.connect_timeout_s", "must be positive"),
+        (MINIMAL + '[hosts.ssh]\nkeepalive_s = 0\n', f"{G}.ssh.keepalive_s", "must be positive"),
+        (MINIMAL + '[hosts.ssh]\nbackoff_initial_s = 0\n', f"{G}.ssh.backoff_initial_s", "busy loop"),
+        (MINIMAL + '[hosts.ssh]\nbackoff_max_s = 0.1\n', f"{G}.ssh.backoff_max_s",
+         "below backoff_initial_s"),
+        (MINIMAL + "stall_warning_min = 0\n", f"{G}.training.stall_warning_min", "must be positive"),
+        (MINIMAL + "tail_lines = 0\n", f"{G}.training.tail_lines", "must be positive"),
+        (MINIMAL + "total_epochs = 0\n", f"{G}.training.total_epochs", "must be positive"),
+        (MINIMAL + "[hosts.training.kill]\ngrace_s = -1\n", f"{G}.training.kill.grace_s", "must be >= 0"),
+        # never inf or nan
+        (MINIMAL + "total_epochs = inf\n", f"{G}.training.total_epochs", "must be a finite number"),
+        (MINIMAL + "stall_warning_min = nan\n", f"{G}.training.stall_warning_min", "must be a finite number"),
+        (MINIMAL + "[hosts.training.kill]\ngrace_s = inf\n", f"{G}.training.kill.grace_s", "finite"),
+        ("[console]\nrefresh_s = -inf\n" + MINIMAL, "console.refresh_s", "must be a finite number"),
+        (MINIMAL + "steps_per_epoch = 5500.5\n", f"{G}.training.steps_per_epoch", "must be an integer"),
+        (SERVE.replace("port = 2222", "port = 0"), f"{S}.port", "not a TCP port"),
+    ],
+)
+def test_bad_values_are_one_line_errors(tmp_path: Path, text: str, key: str, needle: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    err = info.value
+    assert (err.path, err.key) == (str(path), key)
+    assert needle in str(err)
+    assert "(fix: " in str(err) and "\n" not in str(err)
+
+
+def test_zero_grace_and_fractional_epochs_are_allowed(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, MINIMAL + "total_epochs = 2.5\n[hosts.training.kill]\ngrace_s = 0\n"))
+    t = cfg.hosts[0].training
+    assert t is not None and t.total_epochs == 2.5 and t.kill.grace_s == 0.0
+
+
+@pytest.mark.parametrize(
+    "cls", [SshSettings, GpuConfig, KillConfig, TrainingConfig, SglangConfig, HostConfig, ConsoleSettings])
+def test_every_number_declares_its_range(cls: type) -> None:
+    """The reader checks numbers against per-key bounds: no number may be left unbounded."""
+    for f in dataclasses.fields(cls):
+        if "int" in str(f.type).replace("Config", "") or "float" in str(f.type):
+            bounds = [f.metadata.get(b) for b in ("gt", "ge", "le")]
+            assert any(b is not None for b in bounds), f"{cls.__name__}.{f.name} has no declared range"
+
+
+def test_cli_reports_a_bad_url_in_one_line(tmp_path: Path) -> None:
+    path = write(tmp_path, SERVE.replace("http://127.0.0.1:30000", "http://[::1"))
+    res = subprocess.run([sys.executable, "-m", "specconsole", "status", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1 and "base_url" in res.stderr and "fix:" in res.stderr

@@ -21,6 +21,8 @@ import pytest
 
 from specconsole.config import HostConfig, SglangConfig
 from specconsole.hosts.local import LocalHost
+from specconsole.hosts.ssh import SshHost
+from specconsole.lab.environment import Lab
 from specconsole.samples import Sample
 from specconsole.sources.sglang import (
     ServerState,
@@ -401,3 +403,106 @@ async def test_tunnel_is_reached_and_reached_again_after_failure(
         thread.join()
         closer.close()
     assert samples[-1].value.error.startswith("nothing listening at http://10.0.0.7:30000")
+
+
+# -- a stopped server and an unreachable host: one stable state each ------------------------
+class Resetter:
+    """A port that accepts connections and resets them at once (RST), as a server going away."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.sock.settimeout(0.05)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import struct
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+
+async def samples_of(source: SglangSource, count: int, timeout: float = 60.0) -> list[SglangSnapshot]:
+    got: list[SglangSnapshot] = []
+    await collect(source, lambda s: got.append(s) or len(got) >= count, timeout)  # type: ignore[func-returns-value]
+    return got
+
+
+async def test_a_stopped_server_that_resets_connections_stays_down() -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    source = SglangSource(local_host(), cfg(url))
+    await collect(source, lambda s: s.state is ServerState.DOWN)  # refused: down
+    resetter = Resetter(port)  # the port now resets instead of refusing (a server going away)
+    try:
+        snaps = await samples_of(source, 6)
+    finally:
+        resetter.close()
+    assert [s.state for s in snaps] == [ServerState.DOWN] * 6, [s.error for s in snaps]
+    for s in snaps:
+        assert s.error is not None and s.error.startswith(f"nothing listening at {url}")
+        assert "is the service running?" in s.error
+    # the resets themselves (not only refusals) were seen, their detail kept
+    assert any(s.error.startswith(f"nothing listening at {url} (") for s in snaps if s.error)
+
+
+def ssh_serve(lab: Lab) -> SshHost:
+    from specconsole.config import load_config
+
+    return SshHost(load_config(lab.config_path).host("serve"))
+
+
+async def test_through_a_real_tunnel_stopped_is_down_and_a_lost_host_is_unreachable(lab_hosts: Lab) -> None:
+    host = ssh_serve(lab_hosts)
+    await host.start()
+    assert await host.wait_connected(30)
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there on the host
+    # a generous timeout: under load a slow answer must not read as an error here
+    source = SglangSource(host, SglangConfig(base_url=url, tunnel=True, interval_s=0.2, timeout_s=10))
+    try:
+        # a stopped server through the forward: closed or reset at once, always "down"
+        snaps = await samples_of(source, 12)
+        assert {s.state for s in snaps} == {ServerState.DOWN}, [s.error for s in snaps]
+        assert all((s.error or "").startswith(f"nothing listening at {url} (the tunnel through serve "
+                                              "closed at once: ") for s in snaps)
+        # the host goes away: the SGLang state says so, never "is the service running?"
+        lab_hosts.stop_sshd("serve")
+        await collect(source, lambda s: s.state is ServerState.UNREACHABLE)
+        snaps = await samples_of(source, 5)
+        assert {s.state for s in snaps} == {ServerState.UNREACHABLE}, [s.error for s in snaps]
+        for s in snaps:
+            assert (s.error or "").startswith("host serve is unreachable (")
+            assert "is the service running" not in (s.error or "") and s.info is None
+        # back: the server's own state again
+        lab_hosts.start_sshd("serve")
+        await collect(source, lambda s: s.state is ServerState.DOWN, timeout=60)
+    finally:
+        await host.close()
+
+
+async def test_a_host_that_never_connected_is_unreachable_at_once(lab_hosts: Lab) -> None:
+    lab_hosts.stop_sshd("serve")
+    host = ssh_serve(lab_hosts)
+    await host.start()
+    try:
+        t0 = time.monotonic()
+        snap = (await collect(SglangSource(host, cfg("http://127.0.0.1:30000", tunnel=True)),
+                              lambda s: True))[-1].value
+        assert time.monotonic() - t0 < 20  # a sample, not a wait for the connection
+        assert snap.state is ServerState.UNREACHABLE and "host serve is unreachable" in (snap.error or "")
+    finally:
+        await host.close()

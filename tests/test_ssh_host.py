@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import http.server
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -100,14 +101,39 @@ async def test_changed_host_key_is_refused(lab_hosts: Lab, tmp_path: Path) -> No
     train_key = (lab_hosts.root("train") / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
     known.write_text(f"[{serve.address}]:{serve.port} {train_key[0]} {train_key[1]}\n")  # wrong key
     host = SshHost(host_config(lab_hosts, "serve", known_hosts=str(known)))
-    with pytest.raises(HostKeyError, match="CHANGED since it was recorded"):
+    with pytest.raises(HostKeyError, match="CHANGED since it was recorded") as info:
         await host.connect_once()
+    # the fix names the entry as known_hosts records it off port 22, and it works when run
+    msg = str(info.value)
+    remove = f"ssh-keygen -R '[{serve.address}]:{serve.port}' -f {known}"
+    add = f"ssh-keyscan -p {serve.port} {serve.address} >> {known}"
+    assert f"`{remove}`" in msg and f"`{add}`" in msg, msg
+    for command in (remove, add):
+        subprocess.run(["sh", "-c", command], check=True, capture_output=True, timeout=30)
+    assert train_key[1] not in known.read_text()
+    conn = await host.connect_once()
+    conn.close()
 
 
 async def test_missing_known_hosts_file_is_named(lab_hosts: Lab, tmp_path: Path) -> None:
     host = SshHost(host_config(lab_hosts, known_hosts=str(tmp_path / "absent")))
     with pytest.raises(HostKeyError, match=r"known_hosts file .*absent does not exist"):
         await host.connect_once()
+
+
+async def test_missing_identity_file_is_named_not_known_hosts(lab_hosts: Lab, tmp_path: Path) -> None:
+    absent = tmp_path / "keys" / "id_ed25519"
+    host = SshHost(dataclasses.replace(host_config(lab_hosts), identity_file=str(absent)))
+    with pytest.raises(HostUnavailable) as info:
+        await host.connect_once()
+    msg = str(info.value)
+    assert f"identity_file {absent} does not exist" in msg and "fix: " in msg
+    assert "known_hosts" not in msg and "ssh-keyscan" not in msg
+    # supervised, the host is down with that message
+    await host.start()
+    assert not await host.wait_connected(1.0)
+    assert host.status.state is ConnState.DOWN and "identity_file" in (host.status.last_error or "")
+    await host.close()
 
 
 async def test_wrong_user_key_is_permission_denied(lab_hosts: Lab, tmp_path: Path) -> None:

@@ -215,6 +215,12 @@ def test_chatter_is_other_not_malformed(line):
     '{"step": 12, "loss": "abc"}',
     "step=5 loss=abc",
     "{'loss': 2.3, 'epoch': ",
+    # below zero: no trainer logs these; a bogus line must not become the current step
+    '{"step": -100}',
+    '{"step": 7, "loss": -2.5}',
+    '{"step": 7, "tokens_per_sec": -19500}',
+    "step=7 loss=-0.1",
+    "{'loss': 2.3, 'learning_rate': -1e-05, 'epoch': 0.4}",
 ])
 def test_broken_records_are_malformed(line):
     parsed = parse_line(line)
@@ -269,3 +275,9 @@ def test_json_with_trailing_text_is_not_truncated():
     rec = parse_line('{"step": 5, "loss": 2.0} (rank 0)').record
     assert (rec.step, rec.loss) == (5, 2.0)
     assert parse_line("Using template {role}: {content}").kind is LineKind.OTHER
+
+
+def test_nan_loss_is_still_a_record():
+    parsed = parse_line('{"step": 9, "loss": NaN}')
+    assert parsed.kind is LineKind.RECORD and parsed.record is not None
+    assert parsed.record.step == 9 and parsed.record.loss is not None and math.isnan(parsed.record.loss)

@@ -14,6 +14,7 @@ import pytest
 
 from specconsole.config import HostConfig, TrainingConfig
 from specconsole.hosts.local import LocalHost
+from specconsole.lab.environment import Lab
 from specconsole.samples import Sample
 from specconsole.sources.training import (
     TrainingProgress,
@@ -121,6 +122,55 @@ def test_late_and_repeated_steps_are_not_restarts():
     assert p.restarts == 0 and p.step == 100 and p.loss == 5.9
     assert p.loss_history == (5.9,)  # step 100 once; its bar's loss updates the value
     assert p.total_steps == 10000
+
+
+def test_a_single_bogus_step_is_not_a_restart():
+    tr = TrainingTracker(cfg(total_steps=1000))
+    for s in range(1, 101):
+        tr.feed(jline(s, T0 + s), 5.0)
+    tr.feed('{"step": -100}', 6.0)  # negative: malformed, never a position
+    tr.feed(jline(5, T0 + 100.5, loss=0.1), 6.0)  # one stray line from step 5
+    p = tr.progress(6.0)
+    assert (p.step, p.restarts, p.malformed, p.loss) == (100, 0, 1, pytest.approx(5.9))
+    assert p.steps_per_s == pytest.approx(1.0)
+    tr.feed(jline(101, T0 + 101), 7.0)  # the run goes on: the stray line is dismissed
+    p = tr.progress(7.0)
+    assert (p.step, p.restarts) == (101, 0) and tr.stray_records == 1
+    assert 0.1 not in p.loss_history and p.steps_per_s == pytest.approx(1.0)
+
+
+def test_a_drop_is_a_restart_once_steps_count_up_from_it():
+    tr = TrainingTracker(cfg(total_steps=1000))
+    for s in range(1, 101):
+        tr.feed(jline(s, T0 + s), 5.0)
+    tr.feed(jline(40, T0 + 200), 6.0)  # resumed from the step-40 checkpoint, no marker
+    assert (tr.progress(6.0).step, tr.progress(6.0).restarts) == (100, 0)  # not yet confirmed
+    tr.feed(jline(41, T0 + 202), 7.0)
+    p = tr.progress(7.0)
+    assert (p.step, p.restarts) == (41, 1) and p.steps_per_s == pytest.approx(0.5)
+    # a restart marker confirms at once, even without a step of its own
+    tr.feed("Resuming training from the latest checkpoint", 8.0)
+    tr.feed(jline(10, T0 + 300), 8.0)
+    assert (tr.progress(8.0).step, tr.progress(8.0).restarts) == (10, 2)
+    # a drop with the next line still below the drop stays pending
+    tr.feed(jline(60, T0 + 320), 9.0)
+    tr.feed(jline(3, T0 + 330), 9.0)
+    tr.feed(jline(2, T0 + 331), 9.0)
+    assert (tr.progress(9.0).step, tr.progress(9.0).restarts) == (60, 2)
+    tr.feed(jline(3, T0 + 333), 9.0)
+    assert (tr.progress(9.0).step, tr.progress(9.0).restarts) == (3, 3)
+
+
+def test_epoch_only_drop_needs_confirmation_too():
+    tr = TrainingTracker(cfg(total_epochs=3))
+    for e in (0.25, 0.5, 0.75):
+        tr.feed(f"{{'loss': 2.5, 'epoch': {e}}}", 1.0)
+    tr.feed("{'loss': 9.9, 'epoch': 0.01}", 2.0)
+    tr.feed("{'loss': 2.4, 'epoch': 1.0}", 3.0)
+    assert (tr.progress(3.0).epoch, tr.progress(3.0).restarts) == (1.0, 0)
+    tr.feed("{'loss': 5.0, 'epoch': 0.01}", 4.0)
+    tr.feed("{'loss': 4.9, 'epoch': 0.02}", 5.0)
+    assert (tr.progress(5.0).epoch, tr.progress(5.0).restarts) == (0.02, 1)
 
 
 # --------------------------------------------------------------------------- steps/s
@@ -282,6 +332,12 @@ def test_tail_error_from_stderr():
     assert tail_error(appeared, "/x/train.log") is None
     denied = "tail: cannot open '/x/train.log' for reading: Permission denied\n"
     assert tail_error(denied, "/x/train.log") == "cannot read log file /x/train.log: Permission denied"
+    gone = "tail: '/x/train.log' has become inaccessible: No such file or directory\n"
+    assert (tail_error(gone, "/x/train.log") or "").startswith("log deleted: /x/train.log — ")
+    assert tail_error(gone + "tail: '/x/train.log' has appeared;  following new file\n", "/x/train.log") is None
+    perm = "tail: '/x/train.log' has become inaccessible: Permission denied\n"
+    assert tail_error(perm, "/x/train.log") == ("log unreadable: /x/train.log: Permission denied — "
+                                                "check the file's permissions")
 
 
 # --------------------------------------------------------------------------- the source, for real
@@ -390,3 +446,70 @@ async def test_source_restarts_the_tail_when_the_stream_ends(tmp_path: Path):
         p = run.last
         assert p.lines_seen == 4 and p.restarts == 0 and p.error is None  # re-tail deduped
         assert len(p.loss_history) == 4
+
+
+async def test_source_flags_a_deleted_log_and_recovers(tmp_path: Path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(jline(s, T0 + s) + "\n" for s in (1, 2, 3)))
+    async with Running(log) as run:
+        await wait_for(lambda: bool(run.samples) and run.last.step == 3)
+        log.unlink()
+        await wait_for(lambda: (run.last.error or "").startswith(f"log deleted: {log} — "), timeout=20)
+        assert run.last.step == 3  # what was read stays
+        n = len(run.samples)
+        await wait_for(lambda: len(run.samples) >= n + 3, timeout=5)
+        assert (run.last.error or "").startswith("log deleted")  # it stays until the log is back
+        log.write_text(jline(4, T0 + 4) + "\n")
+        await wait_for(lambda: run.last.step == 4 and run.last.error is None, timeout=20)
+        assert run.source.streams_started == 1
+
+
+async def test_source_skips_an_oversized_line_and_goes_on(tmp_path: Path):
+    log = tmp_path / "train.log"
+    log.write_text(jline(1, T0 + 1) + "\n")
+    async with Running(log) as run:
+        await wait_for(lambda: bool(run.samples) and run.last.step == 1)
+        with log.open("a") as f:
+            f.write('{"step": 2, "blob": "' + "x" * (3 << 20) + '"}\n')  # 3 MiB on one line
+            f.write(jline(3, T0 + 3) + "\n")
+        await wait_for(lambda: run.last.step == 3, timeout=30)
+        p = run.last
+        assert p.malformed == 1 and p.error is None and p.lines_seen == 3
+        assert any("was skipped: longer than the 1 MiB line limit" in ln for ln in p.recent_lines)
+        with log.open("a") as f:  # and keeps reading: the same stream, nothing restarted
+            f.write(jline(4, T0 + 4) + "\n")
+        await wait_for(lambda: run.last.step == 4, timeout=20)
+        assert run.source.streams_started == 1
+
+
+async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hosts: Lab):
+    """asyncssh hands a 3 MiB line over as pieces of its buffer size: those over the limit are
+    skipped and counted like the local host's, and reading goes on."""
+    from specconsole.config import load_config
+    from specconsole.hosts.ssh import SshHost
+    from specconsole.sources.training import MAX_LINE_CHARS
+
+    log = lab_hosts.root("train") / "long.log"
+    log.write_text(jline(1, T0 + 1) + "\n")
+    cfg = TrainingConfig(log_path=str(log))
+    host = SshHost(load_config(lab_hosts.config_path).host("train"))
+    source = TrainingSource(host, cfg, interval_s=0.2)
+    samples: list[Sample[TrainingProgress]] = []
+    await host.start()
+    task = asyncio.create_task(source.run(samples.append))
+    try:
+        await wait_for(lambda: bool(samples) and samples[-1].value.step == 1, timeout=60)
+        with log.open("a") as f:
+            f.write('{"step": 2, "blob": "' + "x" * (3 << 20) + '"}\n')
+            f.write(jline(3, T0 + 3) + "\n")
+        await wait_for(lambda: samples[-1].value.step == 3, timeout=120)
+        p = samples[-1].value
+        assert p.malformed >= 1 and p.error is None
+        assert any(f"characters was skipped: longer than the {MAX_LINE_CHARS >> 20} MiB" in ln
+                   for ln in p.recent_lines)
+        assert all(len(ln) <= TrainingTracker.RECENT_CHARS for ln in p.recent_lines)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await host.close()

@@ -7,11 +7,13 @@ and the fix; the CLI turns it into a one-line message and exit code 2.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from specconsole import paths
 from specconsole.errors import ConfigError
@@ -24,22 +26,35 @@ LOG_FORMATS: tuple[str, ...] = ("auto", "json", "kv", "tqdm", "regex")
 DEFAULT_CONFIG_ENV = "SPECCONSOLE_CONFIG"
 
 
+def _num(default: float | None = None, *, gt: float | None = None, ge: float | None = None,
+         le: float | None = None, why: str = "", what: str = "", example: float | None = None) -> Any:
+    """A numeric setting and its allowed range, checked by the reader: every number has one.
+
+    ``gt``/``ge``/``le`` are the bounds; ``why`` says in the error why the bound exists;
+    ``what`` names the kind of value (``a TCP port``); ``example`` is the value the fix
+    suggests (the default when there is one). ``inf`` and ``nan`` are refused for every number.
+    """
+    meta = {"gt": gt, "ge": ge, "le": le, "why": why, "what": what,
+            "example": default if example is None else example}
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
 class SshSettings:
     """SSH defaults; any host may override them. ``None`` means "as OpenSSH would"."""
 
     known_hosts: str | None = None
-    keepalive_s: float = 15.0
-    connect_timeout_s: float = 10.0
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 15.0
+    keepalive_s: float = _num(15.0, gt=0, why="keepalives are how a dead host is noticed")
+    connect_timeout_s: float = _num(10.0, gt=0, why="0 would give up before connecting")
+    backoff_initial_s: float = _num(0.5, gt=0, why="0 would retry in a busy loop")
+    backoff_max_s: float = _num(15.0, gt=0, why="0 would retry in a busy loop")
     ssh_config: str | None = None
 
 
 @dataclass(frozen=True)
 class GpuConfig:
     source: str = "auto"
-    interval_s: float = 1.0
+    interval_s: float = _num(1.0, gt=0, why="it is the time between two readings")
 
 
 @dataclass(frozen=True)
@@ -49,7 +64,7 @@ class KillConfig:
     pid_file: str | None = None
     systemd_unit: str | None = None
     pattern: str | None = None
-    grace_s: float = 30.0
+    grace_s: float = _num(30.0, ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once")
 
 
 @dataclass(frozen=True)
@@ -57,11 +72,11 @@ class TrainingConfig:
     log_path: str
     format: str = "auto"
     patterns: tuple[str, ...] = ()
-    total_steps: int | None = None
-    total_epochs: float | None = None
-    steps_per_epoch: int | None = None
-    tail_lines: int = 200
-    stall_warning_min: float = 10.0
+    total_steps: int | None = _num(gt=0, why="the step count the ETA aims at", example=33000)
+    total_epochs: float | None = _num(gt=0, why="the epoch count the ETA aims at", example=6)
+    steps_per_epoch: int | None = _num(gt=0, why="it converts epochs to steps", example=5500)
+    tail_lines: int = _num(200, gt=0, why="it is how many past lines are read at start")
+    stall_warning_min: float = _num(10.0, gt=0, why="0 would flag every job as stalled")
     kill: KillConfig = field(default_factory=KillConfig)
 
 
@@ -70,8 +85,8 @@ class SglangConfig:
     base_url: str
     unit: str = "sglang.service"
     tunnel: bool = False
-    interval_s: float = 2.0
-    timeout_s: float = 3.0
+    interval_s: float = _num(2.0, gt=0, why="it is the time between two polls")
+    timeout_s: float = _num(3.0, gt=0, why="0 would fail every request")
     draft_model_path: str | None = None
     api_key: str | None = None
 
@@ -82,7 +97,8 @@ class HostConfig:
     role: Role
     connect: Literal["local", "ssh"] = "local"
     host: str | None = None
-    port: int | None = None
+    port: int | None = _num(ge=1, le=65535, what="a TCP port", why="22 is SSH's default",
+                            example=22)
     user: str | None = None
     identity_file: str | None = None
     ssh: SshSettings = field(default_factory=SshSettings)
@@ -101,7 +117,7 @@ class HostConfig:
 
 @dataclass(frozen=True)
 class ConsoleSettings:
-    refresh_s: float = 1.0
+    refresh_s: float = _num(1.0, gt=0, why="it is the time between two redraws")
     read_only: bool = False
     theme: str | None = None
     audit_log: str = field(default_factory=lambda: str(paths.state_dir() / "audit.log"))
@@ -158,7 +174,7 @@ class _Reader:
                 close = difflib.get_close_matches(key, list(names), n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"remove it (allowed: {', '.join(sorted(names))})"
                 raise self.fail(full, "unknown key", hint)
-            kwargs[key] = self.value(full, value, names[key].type)
+            kwargs[key] = self.value(full, value, names[key])
         try:
             return cls(**kwargs)
         except TypeError as err:
@@ -166,28 +182,14 @@ class _Reader:
             key = f"{prefix}.{missing[0]}" if missing and prefix else (missing[0] if missing else prefix)
             raise self.fail(key, "required key is missing", f"add {key} = ...") from err
 
-    def value(self, key: str, value: Any, annotation: Any) -> Any:
-        ann = str(annotation)
+    def value(self, key: str, value: Any, spec: Any) -> Any:
+        ann = str(spec.type)
         if ann.startswith("tuple[str"):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise self.fail(key, "must be a list of strings", f'write {key.rsplit(".", 1)[-1]} = ["..."]')
             return tuple(value)
-        if "float" in ann and "int" not in ann:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise self.fail(key, f"must be a number, got {value!r}", "use e.g. 1.5")
-            if value < 0:
-                raise self.fail(key, f"must not be negative, got {value!r}", "use a value >= 0")
-            return float(value)
-        if "int" in ann and "float" in ann:  # int | float
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise self.fail(key, f"must be a positive number, got {value!r}", "use e.g. 6")
-            return value
-        if "int" in ann:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise self.fail(key, f"must be an integer, got {value!r}", "use a whole number, e.g. 22")
-            if value <= 0:
-                raise self.fail(key, f"must be positive, got {value}", "use a value > 0")
-            return value
+        if "float" in ann or "int" in ann:
+            return self.number(key, value, integer="float" not in ann, spec=spec)
         if "bool" in ann:
             if not isinstance(value, bool):
                 raise self.fail(key, f"must be true or false, got {value!r}", "write true or false")
@@ -197,6 +199,32 @@ class _Reader:
                 raise self.fail(key, f"must be a non-empty string, got {value!r}", 'write it in quotes, e.g. "x"')
             return value
         return value
+
+
+    def number(self, key: str, value: Any, *, integer: bool, spec: Any) -> int | float:
+        """A number within the field's declared range (see :func:`_num`); never inf or nan."""
+        meta = spec.metadata
+        example = f"e.g. {meta.get('example', spec.default):g}"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            kind = "an integer" if integer else "a number"
+            raise self.fail(key, f"must be {kind}, got {value!r}", f"use {example}")
+        if integer and not isinstance(value, int):
+            raise self.fail(key, f"must be an integer, got {value!r}", f"use a whole number, {example}")
+        if not math.isfinite(value):
+            raise self.fail(key, f"must be a finite number, got {value!r}", f"use {example}")
+        gt, ge, le = meta.get("gt"), meta.get("ge"), meta.get("le")
+        bad = ((gt is not None and not value > gt) or (ge is not None and not value >= ge)
+               or (le is not None and not value <= le))
+        if bad:
+            allowed = " and ".join(f"{op} {b:g}" for op, b in ((">", gt), (">=", ge), ("<=", le))
+                                   if b is not None)
+            problem = (f"not {meta['what']}: {value!r}" if meta.get("what") else
+                       "must be positive" if gt == 0 and not le else f"must be {allowed}")
+            if not meta.get("what"):
+                problem += f", got {value!r}"
+            why = f" ({meta['why']})" if meta.get("why") else ""
+            raise self.fail(key, problem + why, f"use a value {allowed}, {example}")
+        return value if integer else float(value)
 
 
 def _required(f: Any) -> bool:
@@ -268,6 +296,10 @@ def _parse_host(r: _Reader, h: dict[str, Any], i: int, ssh_defaults: SshSettings
             subtables[sub] = r.table(h.pop(sub), f"{prefix}.{sub}")
     ssh_over = subtables.get("ssh", {})
     ssh = r.build(SshSettings, {**_asdict(ssh_defaults), **ssh_over}, f"{prefix}.ssh")
+    if ssh.backoff_max_s < ssh.backoff_initial_s:
+        raise r.fail(f"{prefix}.ssh.backoff_max_s",
+                     f"{ssh.backoff_max_s:g} is below backoff_initial_s = {ssh.backoff_initial_s:g}",
+                     f"use backoff_max_s >= {ssh.backoff_initial_s:g}")
     gpu = r.build(GpuConfig, subtables.get("gpu", {}), f"{prefix}.gpu")
     _choice(r, f"{prefix}.gpu.source", gpu.source, GPU_SOURCES)
     training = None
@@ -283,17 +315,16 @@ def _parse_host(r: _Reader, h: dict[str, Any], i: int, ssh_defaults: SshSettings
     sglang = None
     if "sglang" in subtables:
         sglang = r.build(SglangConfig, subtables["sglang"], f"{prefix}.sglang")
-        if not sglang.base_url.startswith(("http://", "https://")):
-            raise r.fail(f"{prefix}.sglang.base_url", f"not an http(s) URL: {sglang.base_url!r}",
-                         'write e.g. base_url = "http://127.0.0.1:30000"')
+        _check_base_url(r, f"{prefix}.sglang.base_url", sglang.base_url)
     host = r.build(HostConfig, h, prefix, ssh=ssh, gpu=gpu, training=training, sglang=sglang)
     _choice(r, f"{prefix}.role", host.role, ROLES)
     _choice(r, f"{prefix}.connect", host.connect, ("local", "ssh"))
     if host.connect == "ssh" and not host.host:
         raise r.fail(f"{prefix}.host", "connect = \"ssh\" needs a host",
                      'add host = "name-or-address" (an ~/.ssh/config alias works)')
-    if host.port is not None and not 0 < host.port < 65536:
-        raise r.fail(f"{prefix}.port", f"not a TCP port: {host.port}", "use 1-65535 (22 is SSH's default)")
+    if host.connect == "ssh" and gpu.source == "nvml":
+        raise r.fail(f"{prefix}.gpu.source", "\"nvml\" reads the GPUs of the machine the console "
+                     "runs on, not of an SSH host", 'set source = "nvidia-smi" (or "auto")')
     if host.trains and training is None:
         raise r.fail(f"{prefix}.training", f"role {host.role!r} needs a [hosts.training] table",
                      'add [hosts.training] with log_path = "/path/to/train.log"')
@@ -304,6 +335,22 @@ def _parse_host(r: _Reader, h: dict[str, Any], i: int, ssh_defaults: SshSettings
         raise r.fail(f"{prefix}.sglang.tunnel", "a tunnel needs connect = \"ssh\"",
                      "set tunnel = false for a local host")
     return host
+
+
+def _check_base_url(r: _Reader, key: str, url: str) -> None:
+    """An http(s) URL with a host and, if given, a valid port (what httpx and a tunnel need)."""
+    fix = 'write e.g. base_url = "http://127.0.0.1:30000"'
+    if not url.startswith(("http://", "https://")):
+        raise r.fail(key, f"not an http(s) URL: {url!r}", fix)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as err:  # "Port out of range 0-65535", "Invalid IPv6 URL", ...
+        raise r.fail(key, f"not a valid URL: {url!r} ({err})", fix) from None
+    if not parts.hostname:
+        raise r.fail(key, f"no host in {url!r}", fix)
+    if port == 0:
+        raise r.fail(key, f"port 0 in {url!r} is not a TCP port", "use a port 1-65535, e.g. 30000")
 
 
 def _check_patterns(r: _Reader, key: str, patterns: tuple[str, ...]) -> None:

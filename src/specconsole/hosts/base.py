@@ -67,6 +67,8 @@ class StreamProcess(abc.ABC):
     """A long-lived command whose stdout is consumed line by line."""
 
     command: str
+    #: Lines skipped for being longer than the host's line limit (they are never yielded).
+    oversized_lines: int = 0
 
     @abc.abstractmethod
     def lines(self) -> AsyncIterator[str]:

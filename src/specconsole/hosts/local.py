@@ -30,8 +30,20 @@ class LocalStream(StreamProcess):
             self._stderr.append(chunk)
 
     async def lines(self) -> AsyncIterator[str]:
-        assert self._proc.stdout is not None
-        async for raw in self._proc.stdout:
+        """Lines up to STREAM_LINE_LIMIT bytes; a longer one is skipped (``oversized_lines``)."""
+        reader = self._proc.stdout
+        assert reader is not None
+        while True:
+            try:
+                raw = await reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as end:  # EOF: the last line may lack its newline
+                if end.partial:
+                    yield end.partial.decode("utf-8", "replace").rstrip("\r\n")
+                return
+            except asyncio.LimitOverrunError:
+                await _skip_line(reader)
+                self.oversized_lines += 1
+                continue
             yield raw.decode("utf-8", "replace").rstrip("\r\n")
 
     async def wait(self) -> int | None:
@@ -55,6 +67,18 @@ class LocalStream(StreamProcess):
                     os.killpg(self._proc.pid, signal.SIGKILL)
                 await self._proc.wait()
         self._stderr_task.cancel()
+
+
+async def _skip_line(reader: asyncio.StreamReader) -> None:
+    """Drop the rest of a line over the reader's limit, up to and including its newline."""
+    while True:
+        try:
+            await reader.readuntil(b"\n")
+            return
+        except asyncio.LimitOverrunError as over:  # still no newline within the limit
+            await reader.readexactly(over.consumed)
+        except asyncio.IncompleteReadError:
+            return
 
 
 class LocalHost(Host):

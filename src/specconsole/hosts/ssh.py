@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import asyncssh
 
 from specconsole.config import HostConfig
-from specconsole.errors import HostKeyError, HostUnavailable
+from specconsole.errors import HostError, HostKeyError, HostUnavailable
 from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, stdin_watchdog, to_shell
 
@@ -126,11 +127,7 @@ class SshHost(Host):
         except asyncssh.HostKeyNotVerifiable:
             raise await self._host_key_error(opts) from None
         except FileNotFoundError as err:
-            path = opts.get("known_hosts") or err.filename or "known_hosts"
-            raise HostKeyError(
-                f"{self.name}: known_hosts file {path} does not exist; create it with "
-                f"`ssh-keyscan {self._keyscan_args()} >> {path}` after checking the fingerprint"
-            ) from None
+            raise self._missing_file_error(err, opts) from None
         except asyncssh.PermissionDenied:
             raise HostUnavailable(
                 f"{self.name}: {self.address} refused our key (permission denied); check "
@@ -141,13 +138,60 @@ class SshHost(Host):
                 f"{self.name}: {self.address} did not answer within "
                 f"{self.config.ssh.connect_timeout_s:g}s; check the address and network"
             ) from None
-        except (OSError, asyncssh.Error) as err:
+        except OSError as err:
+            if err.filename is not None:  # a local file we were to read (a key, a config)
+                raise HostUnavailable(
+                    f"{self.name}: cannot read {self._file_role(err.filename, opts)} "
+                    f"{err.filename}: {err.strerror}; fix: check the path and its permissions"
+                ) from None
+            raise HostUnavailable(f"{self.name}: cannot connect to {self.address}: "
+                                  f"{err.strerror or err}") from None
+        except asyncssh.Error as err:
             reason = getattr(err, "strerror", None) or getattr(err, "reason", None) or str(err) or type(err).__name__
             raise HostUnavailable(f"{self.name}: cannot connect to {self.address}: {reason}") from None
 
     def _keyscan_args(self) -> str:
         port = f"-p {self.config.port} " if self.config.port else ""
-        return f"{port}{self.config.host}"
+        return f"{port}{shlex.quote(self.config.host or '')}"
+
+    def _known_hosts_name(self) -> str:
+        """The host as known_hosts records it: ``host``, or ``[host]:port`` off port 22."""
+        host, port = self.config.host or "", self.config.port
+        return f"[{host}]:{port}" if port and port != 22 else host
+
+    def _file_role(self, filename: str, opts: dict[str, Any]) -> str:
+        same = {str(Path(filename).expanduser())}
+        if same & set(opts.get("client_keys") or ()):
+            return "identity_file"
+        if same & {opts.get("known_hosts")}:
+            return "known_hosts file"
+        if same & set(opts.get("config") or ()):
+            return "ssh_config file"
+        return "file"
+
+    def _missing_file_error(self, err: FileNotFoundError, opts: dict[str, Any]) -> HostError:
+        """A local file asyncssh could not find, named with its role and the fix."""
+        path = str(err.filename or opts.get("known_hosts") or "known_hosts")
+        role = self._file_role(path, opts)
+        if role == "known_hosts file":
+            return HostKeyError(
+                f"{self.name}: known_hosts file {path} does not exist; create it with "
+                f"`ssh-keyscan {self._keyscan_args()} >> {shlex.quote(path)}` after checking "
+                f"the fingerprint"
+            )
+        if role == "identity_file":
+            return HostUnavailable(
+                f"{self.name}: identity_file {path} does not exist; fix: point identity_file at "
+                f"the private key for {self.address} (e.g. ~/.ssh/id_ed25519), or remove it to "
+                f"use ~/.ssh/config and the ssh agent"
+            )
+        if role == "ssh_config file":
+            return HostUnavailable(
+                f"{self.name}: ssh_config file {path} does not exist; fix: correct ssh.ssh_config "
+                f"or remove it to use ~/.ssh/config"
+            )
+        return HostUnavailable(f"{self.name}: {path} does not exist (needed to connect to "
+                               f"{self.address}); fix: check the path in the config")
 
     async def _host_key_error(self, opts: dict[str, Any]) -> HostKeyError:
         """Build the refusal message: the key the host offered and how to trust it."""
@@ -161,11 +205,14 @@ class SshHost(Host):
         known = opts.get("known_hosts") or "~/.ssh/known_hosts"
         changed = self._has_other_key(known)
         what = "CHANGED since it was recorded" if changed else "not in known_hosts"
+        shown = known if known.startswith("~/") and " " not in known else shlex.quote(known)
+        scan = f"`ssh-keyscan {self._keyscan_args()} >> {shown}`"
         fix = (
-            f"if the host was really re-installed, remove the old entry "
-            f"(ssh-keygen -R {self.config.host} -f {known}) and add the new one"
+            f"if the host was really re-installed, remove the old entry with "
+            f"`ssh-keygen -R {shlex.quote(self._known_hosts_name())} -f {shown}` and add the new "
+            f"one with {scan}"
             if changed
-            else f"verify it on the host, then `ssh-keyscan {self._keyscan_args()} >> {known}`"
+            else f"verify it on the host, then {scan}"
         )
         return HostKeyError(f"{self.name}: host key of {self.address} is {what}: {fingerprint}; {fix}")
 

@@ -22,8 +22,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from specconsole.config import SglangConfig
-from specconsole.errors import SpecConsoleError
-from specconsole.hosts.base import Host
+from specconsole.errors import HostError, SpecConsoleError
+from specconsole.hosts.base import ConnState, Host
 from specconsole.samples import Sample
 from specconsole.sources import Publish
 
@@ -33,6 +33,8 @@ class ServerState(StrEnum):
     STARTING = "starting"
     DOWN = "down"
     ERROR = "error"
+    #: The host itself cannot be reached (SSH down or reconnecting): SGLang's state is unknown.
+    UNREACHABLE = "unreachable"
 
 
 class SglangError(SpecConsoleError):
@@ -442,11 +444,18 @@ class SglangSource:
 
     async def poll(self) -> SglangSnapshot:
         """One observation (never raises for network errors)."""
+        if self.cfg.tunnel and not self.host.status.up:
+            connecting = self.host.status.state is ConnState.CONNECTING  # the first attempt
+            if not connecting or not await self.host.wait_connected(self.cfg.timeout_s):
+                return self._unreachable(self._host_problem())
         try:
             client = await self._ensure_client()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # reaching the tunnel failed
+            lost = await self._host_lost()
+            if lost is not None:
+                return self._unreachable(lost)
             return self._snap(ServerState.ERROR, None,
                               f"{self.host.name}: cannot reach {self.cfg.base_url}: "
                               f"{_one_line(exc)}")
@@ -454,7 +463,8 @@ class SglangSource:
             code = await client.health()
         except SglangError as exc:
             await self._after_failure()
-            return self._failed(exc)
+            lost = await self._host_lost()
+            return self._unreachable(lost) if lost is not None else self._failed(exc)
         if code == 503:
             return self._snap(ServerState.STARTING, 503, None)
         # healthy: server info (cached), metrics
@@ -478,15 +488,50 @@ class SglangSource:
 
     # -- helpers ------------------------------------------------------------------------
     def _failed(self, exc: SglangError, info: ServerInfo | None = None) -> SglangSnapshot:
-        """DOWN for nothing listening (through a tunnel: the forward closed at once)."""
-        if exc.kind == "refused" or (self.cfg.tunnel and exc.kind == "disconnected"):
-            msg = str(exc)
-            if exc.kind == "disconnected":
-                msg = (f"nothing listening at {self.cfg.base_url} (the tunnel through "
-                       f"{self.host.name} closed at once) — is the service running? "
-                       f"`systemctl status {self.cfg.unit}`")
-            return self._snap(ServerState.DOWN, None, msg)
+        """DOWN when nothing answers: refused; through a tunnel, the forward closed or reset
+        at once (the far end refused); directly, closed or reset while already down. One
+        state for a stopped server, whichever way the connection failed; the detail is kept."""
+        if exc.kind == "refused":
+            return self._snap(ServerState.DOWN, None, str(exc))
+        if exc.kind in ("disconnected", "transport"):
+            why = "no answer" if exc.kind == "disconnected" else str(exc).split(": ", 1)[-1]
+            hint = f"— is the service running? `systemctl status {self.cfg.unit}`"
+            if self.cfg.tunnel:
+                return self._snap(ServerState.DOWN, None, (
+                    f"nothing listening at {self.cfg.base_url} (the tunnel through "
+                    f"{self.host.name} closed at once: {why}) {hint}"))
+            if self._last_state is ServerState.DOWN:
+                return self._snap(ServerState.DOWN, None,
+                                  f"nothing listening at {self.cfg.base_url} ({why}) {hint}")
         return self._snap(ServerState.ERROR, exc.status_code, str(exc), info)
+
+    def _host_problem(self) -> str:
+        status = self.host.status
+        return status.last_error or f"the SSH connection is {status.state}"
+
+    async def _host_lost(self) -> str | None:
+        """Why the host itself cannot be reached, or None when it can.
+
+        Through a tunnel, a failed request may be the connection going (its state follows a
+        moment later), so on a change from a good state the host is asked directly: a trivial
+        command must run. While SGLang is already down, the connection state is enough.
+        """
+        if self.host.status.state in (ConnState.RECONNECTING, ConnState.DOWN, ConnState.CLOSED):
+            return self._host_problem()
+        if not self.cfg.tunnel or self._last_state is ServerState.DOWN:
+            return None
+        try:
+            await self.host.run(["true"], timeout=self.cfg.timeout_s)
+        except (HostError, TimeoutError, OSError) as err:
+            return str(err)
+        return None
+
+    def _unreachable(self, why: str) -> SglangSnapshot:
+        name = self.host.name
+        why = why.removeprefix(f"{name}: ")
+        return self._snap(ServerState.UNREACHABLE, None,
+                          f"host {name} is unreachable ({why}); SGLang's state is unknown until "
+                          f"the connection is back")
 
     def _snap(self, state: ServerState, code: int | None, error: str | None,
               info: ServerInfo | None = None,
@@ -500,7 +545,6 @@ class SglangSource:
         if self.cfg.tunnel:
             if self._client is not None:
                 return self._client
-            await self.host.wait_connected()
             local_host, local_port = await self.host.reach(self._url_host, self._url_port)
             netloc = f"[{local_host}]:{local_port}" if ":" in local_host else \
                 f"{local_host}:{local_port}"

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from specconsole.config import TrainingConfig
 from specconsole.errors import HostError, HostUnavailable
+from specconsole.hosts.local import STREAM_LINE_LIMIT
 from specconsole.samples import Sample, format_duration
 from specconsole.sources import Publish
 
@@ -75,6 +76,14 @@ class TrainingRecord:
 _CORE = ("step", "epoch", "loss", "lr", "tokens_per_s", "grad_norm", "total_steps",
          "total_epochs", "it_per_s")
 _INT_FIELDS = frozenset({"step", "total_steps"})
+
+
+#: A trainer announcing a (re)start: confirms that the next step going back is a restart.
+_RESTART_MARKER = re.compile(
+    r"\b(?:start(?:ing)?|restart(?:ing)?|resum(?:e|ed|ing))\s+(?:the\s+)?training\b"
+    r"|\bresum(?:e|ed|ing)\s+from\b|\btotal\s+training\s+steps\b",
+    re.IGNORECASE,
+)
 
 
 class LineKind(StrEnum):
@@ -432,6 +441,10 @@ def _from_fields(items: Iterable[tuple[str, Any]], *, strict: bool, where: str) 
             if strict:
                 raise _Bad(f"{where}: {key} is not a number: {raw!r}")
             continue
+        if num < 0:  # no step, epoch, loss, rate or count is below zero (nan stays: divergence)
+            if strict:
+                raise _Bad(f"{where}: {key} is negative: {raw!r}")
+            continue
         values[name] = num
     for name in _INT_FIELDS:
         if name in values:
@@ -552,7 +565,8 @@ class TrainingTracker:
     RATE_POINTS = 32
     LOSS_HISTORY = 240
     RECENT_LINES = 8
-    #: A step this far behind the newest is a restart, not a late or duplicate line.
+    RECENT_CHARS = 500
+    #: A step this far behind the newest is a drop (a possible restart), not a late line.
     RESTART_BACK_STEPS = 2
 
     def __init__(self, cfg: TrainingConfig, parser: LineParser | None = None) -> None:
@@ -581,6 +595,11 @@ class TrainingTracker:
         self.lines_seen = 0
         self.malformed = 0
         self.restarts = 0
+        #: A record whose step (or epoch) went back, waiting to be confirmed as a restart.
+        self._pending: tuple[TrainingRecord, float | None] | None = None
+        self._restart_marked = False  # the trainer announced a (re)start
+        #: Drops not confirmed (the old run went on): stray lines, never shown as the step.
+        self.stray_records = 0
         self.last_line_at: float | None = None
         self.error: str | None = None
 
@@ -604,6 +623,15 @@ class TrainingTracker:
     def set_error(self, message: str | None) -> None:
         self.error = message
 
+    def skipped_line(self, arrival_time: float, size: int | None = None) -> None:
+        """A line too long to read was skipped: count it as malformed and show that it was."""
+        self.lines_seen += 1
+        self.malformed += 1
+        self.last_line_at = arrival_time
+        how_long = f"of {size:,} characters " if size is not None else ""
+        self._recent.append(f"[a log line {how_long}was skipped: longer than the "
+                            f"{MAX_LINE_CHARS >> 20} MiB line limit]")
+
     def feed(self, line: str, arrival_time: float) -> None:
         cleaned = strip_ansi(line).rstrip()
         if not cleaned.strip():
@@ -626,13 +654,62 @@ class TrainingTracker:
         self.last_line_at = arrival_time
         shown = display_line(cleaned)
         if shown:
-            self._recent.append(shown)
+            self._recent.append(shown if len(shown) <= self.RECENT_CHARS else
+                                shown[: self.RECENT_CHARS - 1] + "…")
         if parsed is None:
             parsed = self.parser.parse(cleaned)
+        if _RESTART_MARKER.search(cleaned):
+            self._restart_marked = True
         if parsed.kind is LineKind.MALFORMED:
             self.malformed += 1
         elif parsed.record is not None:
-            self._apply(parsed.record, None if backlog else arrival_time)
+            self._take(parsed.record, None if backlog else arrival_time)
+
+    # -- restarts ----------------------------------------------------------------------------
+    # A step (or, for epoch-only logs, an epoch) that goes back is a restart only when
+    # confirmed: by the trainer's own start/resume line (``_RESTART_MARKER``) before or on it,
+    # or by the next record continuing upwards from it while staying below the old run
+    # (``p < next <= old - RESTART_BACK_STEPS``). If the next record is back at the old
+    # run's position instead, the drop was a stray line: it never becomes the current step.
+
+    def _drop(self, rec: TrainingRecord) -> bool:
+        if rec.step is not None and self._step is not None:
+            return self._step - rec.step > self.RESTART_BACK_STEPS
+        if rec.step is None and rec.epoch is not None and self._epoch is not None:
+            return rec.epoch < self._epoch
+        return False
+
+    def _take(self, rec: TrainingRecord, arrival: float | None) -> None:
+        if self._pending is not None:
+            self._settle(rec)
+        if self._drop(rec):
+            if not self._restart_marked:
+                self._pending = (rec, arrival)
+                return
+            self._pending = None
+            self._restart()
+        if rec.step is not None or rec.epoch is not None:
+            self._restart_marked = False
+        self._apply(rec, arrival)
+
+    def _settle(self, rec: TrainingRecord) -> None:
+        """Decide the pending drop by the record that follows it."""
+        assert self._pending is not None
+        pending, pending_arrival = self._pending
+        if rec.step is not None and pending.step is not None and self._step is not None:
+            drop, nxt, old, late = pending.step, rec.step, self._step, self.RESTART_BACK_STEPS
+        elif rec.step is None and pending.step is None and None not in (
+                rec.epoch, pending.epoch, self._epoch):
+            drop, nxt, old, late = pending.epoch, rec.epoch, self._epoch, 0  # type: ignore[assignment]
+        else:
+            return  # nothing to compare: still undecided
+        if old - nxt <= late:  # back where the old run was: the drop was a stray line
+            self._pending = None
+            self.stray_records += 1
+        elif nxt > drop:  # counting up from the drop: a restart
+            self._pending = None
+            self._restart()
+            self._apply(pending, pending_arrival)
 
     def _apply(self, rec: TrainingRecord, arrival: float | None) -> None:
         if rec.total_steps is not None:
@@ -641,16 +718,11 @@ class TrainingTracker:
             self._log_total_epochs = rec.total_epochs
         new_position = True
         if rec.step is not None and self._step is not None and rec.step <= self._step:
-            if self._step - rec.step > self.RESTART_BACK_STEPS:
-                self._restart()
-            elif rec.step < self._step:
+            if rec.step < self._step:
                 return  # a late line for a step we are already past
-            else:
-                new_position = False  # the same step again, from another logger
+            new_position = False  # the same step again, from another logger
         elif rec.step is None and rec.epoch is not None and self._epoch is not None:
-            if rec.epoch < self._epoch:
-                self._restart()
-            elif rec.epoch == self._epoch:
+            if rec.epoch == self._epoch:
                 new_position = False
         elif rec.step is None and rec.epoch is None:
             new_position = False
@@ -790,9 +862,12 @@ class TrainingTracker:
 _TAIL_MISSING = re.compile(r"cannot open '?(?P<path>.*?)'? for reading: No such file or directory")
 _TAIL_APPEARED = re.compile(r"has appeared|following new file|has become accessible")
 _TAIL_CANNOT = re.compile(r"cannot open '?(?P<path>.*?)'? for reading: (?P<why>.+)")
+# GNU tail -F when the file it follows is removed (or its folder, or its permissions change)
+_TAIL_GONE = re.compile(r"has become inaccessible: (?P<why>.+)")
 
 
-_TAIL_ERRORS = ("log file not found yet", "cannot read log file")
+#: Errors that end when tail reports the file (re)appeared.
+_TAIL_ERRORS = ("log file not found yet", "cannot read log file", "log deleted", "log unreadable")
 
 
 def tail_error(stderr: str, path: str) -> str | None:
@@ -805,7 +880,18 @@ def tail_error(stderr: str, path: str) -> str | None:
         m = _TAIL_CANNOT.search(line)
         if m:
             return f"cannot read log file {path}: {m.group('why').strip()}"
+        m = _TAIL_GONE.search(line)
+        if m:
+            why = m.group("why").strip()
+            if why == "No such file or directory":
+                return (f"log deleted: {path} — no new lines until it is written again "
+                        f"(was it moved, rotated away or removed?)")
+            return f"log unreadable: {path}: {why} — check the file's permissions"
     return None
+
+
+#: Longest log line read (as the local host's stream limit); longer ones are skipped, counted.
+MAX_LINE_CHARS = STREAM_LINE_LIMIT
 
 
 class TrainingSource:
@@ -825,6 +911,7 @@ class TrainingSource:
         self._backoff_max = backoff_max_s
         self._dirty = asyncio.Event()
         self._proc: StreamProcess | None = None
+        self._oversized_seen = 0
         self.streams_started = 0
 
     @property
@@ -854,10 +941,23 @@ class TrainingSource:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), self.interval_s)
             self._dirty.clear()
+            self._check_oversized()
             self._check_stderr()
             now = time.time()
             publish(Sample(self.tracker.progress(now), at=now, interval=self.interval_s))
             await asyncio.sleep(0.05)  # coalesce a burst of lines into one sample
+
+    def _check_oversized(self) -> None:
+        """Report lines the host's stream skipped for being over its line limit."""
+        proc = self._proc
+        if proc is None:
+            return
+        new = proc.oversized_lines - self._oversized_seen
+        if new > 0:
+            self._oversized_seen = proc.oversized_lines
+            for _ in range(new):
+                self.tracker.skipped_line(time.time())
+            self._dirty.set()
 
     def _check_stderr(self) -> None:
         proc = self._proc
@@ -884,14 +984,20 @@ class TrainingSource:
                 await self._precheck()
                 async with self.host.stream(self.command) as proc:
                     self._proc = proc
+                    self._oversized_seen = 0
                     self.streams_started += 1
                     self.tracker.stream_started(time.time())
                     async for line in proc.lines():
                         if not got_lines:  # the log is being read: earlier trouble is over
                             got_lines = True
                             self.tracker.set_error(None)
-                        self.tracker.feed(line, time.time())
+                        self._check_oversized()
+                        if len(line) > MAX_LINE_CHARS:  # a host that passes long lines on
+                            self.tracker.skipped_line(time.time(), len(line))
+                        else:
+                            self.tracker.feed(line, time.time())
                         self._dirty.set()
+                    self._check_oversized()
                     rc = await proc.wait()
                     self._proc = None
                     if rc not in (0, None):
