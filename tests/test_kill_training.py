@@ -191,3 +191,69 @@ def test_cli_refuses_without_tty_or_yes(train_lab: Lab) -> None:
     assert alive(train_lab.state.trainer_pid or 0)
 
 
+
+
+@pytest.fixture
+def stranger() -> Iterator[subprocess.Popen[bytes]]:
+    """An unrelated long-running process (someone else's work), in its own session."""
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_stale_pid_file_naming_an_unrelated_process_is_refused(
+        lab_hosts: Lab, stranger: subprocess.Popen[bytes]) -> None:
+    """The job is gone and its pid was reused by another process: nothing of it is killed."""
+    lab_hosts.trainer_pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lab_hosts.trainer_pid_file.write_text(f"{stranger.pid}\n")
+    host, cfg = await connect(lab_hosts)
+    events: list[StepEvent] = []
+    try:
+        steps = Steps("kill-training", events.append, host="train")
+        plan = await find_job(host, cfg, steps)  # type: ignore[arg-type]
+        outcome = await kill_job(host, plan, steps, grace_s=2)
+    finally:
+        await host.close()
+    assert plan.empty and not outcome.ok
+    assert f"pid {stranger.pid} (sleep 300), which does not match torchrun" in outcome.message
+    assert outcome.message.startswith("refusing to kill on train:") and "\n" not in outcome.message
+    assert not any(e.command and e.command.startswith("kill ") for e in events)
+    assert alive(stranger.pid)
+
+
+async def test_pid_file_older_than_its_process_is_refused(lab_hosts: Lab) -> None:
+    """A process that looks like torchrun but started after the pid file was written is not the job."""
+    lab_hosts.trainer_pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "torchrun"],
+                                 start_new_session=True)
+    try:
+        lab_hosts.trainer_pid_file.write_text(f"{lookalike.pid}\n")
+        hour_ago = time.time() - 3600
+        os.utime(lab_hosts.trainer_pid_file, (hour_ago, hour_ago))
+        host, cfg = await connect(lab_hosts)
+        try:
+            steps = Steps("kill-training", lambda _e: None, host="train")
+            plan = await find_job(host, cfg, steps)  # type: ignore[arg-type]
+            outcome = await kill_job(host, plan, steps, grace_s=2)
+        finally:
+            await host.close()
+        assert plan.empty and not outcome.ok
+        assert "after the file was written: the pid was reused; not killing it" in outcome.message
+        assert alive(lookalike.pid)
+    finally:
+        lookalike.kill()
+        lookalike.wait()
+
+
+def test_cli_refuses_a_reused_pid_with_one_line_and_exit_1(lab_hosts: Lab, stranger: subprocess.Popen[bytes]) -> None:
+    lab_hosts.trainer_pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lab_hosts.trainer_pid_file.write_text(f"{stranger.pid}\n")
+    res = subprocess.run([sys.executable, "-m", "specconsole", "kill-training", "--config",
+                          str(lab_hosts.config_path), "--yes"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"refusing to kill on train: pid file {lab_hosts.trainer_pid_file} names pid {stranger.pid}" in res.stdout
+    assert "Traceback" not in res.stderr
+    assert alive(stranger.pid)

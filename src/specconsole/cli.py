@@ -133,8 +133,8 @@ async def _kill_training(args: argparse.Namespace) -> int:
         for line in plan.describe():
             print(line, flush=True)
         if plan.empty:
-            steps.done(plan.describe()[0])
-            return 0
+            (steps.failed if plan.refused else steps.done)(plan.describe()[0])
+            return 1 if plan.refused else 0
         if not _confirm(f"Kill these {len(plan.pids)} process(es) on {cfg.name}?", args.yes):
             steps.done("cancelled by the operator; nothing was changed")
             return 0
@@ -365,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecConsoleError as err:
         print(f"specconsole: {err}", file=sys.stderr)
         return err.exit_code
+    except TimeoutError as err:  # a remote command that did not finish: its message names it
+        print(f"specconsole: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("specconsole: interrupted", file=sys.stderr)
         return 130
