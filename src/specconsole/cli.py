@@ -79,6 +79,24 @@ async def _status(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------ actions
 
+class ReadOnlyRefused(SpecConsoleError):
+    """A destructive command in read-only mode: refused before any connection."""
+
+    exit_code = 3
+
+
+def _refuse_if_read_only(args: argparse.Namespace, config: Config, action_id: str, command: str) -> None:
+    """Read-only gates the headless commands as it gates the console: the registry's destructive
+    actions (kill_training, deploy) are not run at all."""
+    from specconsole.ui.registry import BY_ID
+
+    if not BY_ID[action_id].destructive or not (args.read_only or config.console.read_only):
+        return
+    why = "--read-only" if args.read_only else f"read_only = true in {config.path}"
+    raise ReadOnlyRefused(f"{command}: refused in read-only mode ({why}); nothing on any host was touched "
+                          f"(drop --read-only / set read_only = false to change hosts)")
+
+
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
     """Print each step event as it happens and append it to the audit log."""
     from specconsole.actions.steps import audit
@@ -125,6 +143,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
+    _refuse_if_read_only(args, config, "kill_training", "kill-training")
     events = EventLog(config.console.audit_log)
     steps = Steps("kill-training", _step_printer(events))
     cfg, host = await _connected_host(config, args.host, "train", steps)
@@ -151,6 +170,8 @@ async def _deploy(args: argparse.Namespace) -> int:
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
+    if not args.dry_run:  # a dry run changes nothing, so read-only allows it
+        _refuse_if_read_only(args, config, "deploy", "deploy")
     events = EventLog(config.console.audit_log)
     steps = Steps("deploy", _step_printer(events))
     request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
@@ -312,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     kt.add_argument("--host", help="training host name (default: the only one)")
     kt.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kt.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config, 30)")
+    kt.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
+                    help="refuse (exit 3): read-only mode changes no host")
 
     dp = sub.add_parser("deploy", help="change SGLang's DFLASH draft window / algorithm, restart, verify, roll back")
     dp.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
@@ -323,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health (600)")
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
     dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    dp.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
+                    help="refuse (exit 3) unless --dry-run: read-only mode changes no host")
 
     from specconsole.eval.cli import add_eval_parser
 
