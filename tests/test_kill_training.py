@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -63,6 +64,22 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
+def assert_no_silent_gap(events: list[StepEvent], limit_s: float = 1.0) -> None:
+    """The promise: during any wait a status line at least every second (from the events' own times)."""
+    gaps = [(b.at - a.at, a.line(), b.line()) for a, b in itertools.pairwise(events)]
+    longest = max(gaps, default=(0.0, "", ""))
+    assert longest[0] <= limit_s, f"{longest[0]:.2f}s without a status line between {longest[1]!r} and {longest[2]!r}"
+
+
 async def connect(lab: Lab) -> tuple[SshHost, object]:
     cfg = load_config(lab.config_path).host("train")
     host = SshHost(cfg)
@@ -103,7 +120,17 @@ async def test_kill_stops_every_process_and_releases_gpu_memory(train_lab: Lab) 
     assert f"kill -TERM {launcher}" in commands
     assert "ps -eww -o pid=,ppid=,pgid=,stat=,args=" in commands
     assert any("GPU 0: " in ln and "-> " in ln for ln in lines)
-    assert events[-1].kind == "done" and "3 process(es) ended at step 123" in events[-1].message
+    # the summary's step is the log's, read after the processes ended (not the 123 the plan had)
+    log_lines = train_lab.train_log.read_text().splitlines()
+    last_step = json.loads(next(ln for ln in reversed(log_lines) if ln.startswith("{")))["step"]
+    assert log_lines[-1] == f"Received SIGTERM at step {last_step}, stopping training"
+    assert events[-1].kind == "done"
+    assert f"3 process(es) ended at step {last_step} (the log's last)" in events[-1].message
+    assert outcome.step == last_step and outcome.stopped
+    assert_no_silent_gap(events)
+    # the launcher is reaped by whoever started it, never left as <defunct>
+    assert wait_until(lambda: not Path(f"/proc/{launcher}").exists(), 15), \
+        f"launcher {launcher} lingers: {Path(f'/proc/{launcher}/stat').read_text() if alive(launcher) else 'zombie'}"
     # every command is followed by its result with exit status and time
     for i, e in enumerate(events):
         if e.kind == "command":
@@ -134,6 +161,7 @@ async def test_sigkill_escalation_when_workers_ignore_sigterm(train_lab: Lab) ->
     assert ("SIGKILL survivors", "step") in kinds
     assert any(e.kind == "heartbeat" and "left" in e.message for e in events)
     assert any(e.command and e.command.startswith("kill -KILL") for e in events)
+    assert_no_silent_gap(events)
 
 
 async def test_nothing_to_kill_is_a_clear_success(lab_hosts: Lab) -> None:

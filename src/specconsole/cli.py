@@ -121,7 +121,7 @@ async def _connected_host(config: Config, name: str | None, role: str, steps: St
     host = make_host(cfg)
     steps.begin("connect", f"connecting to {cfg.name}")
     await host.start()
-    ok = await host.wait_connected(cfg.ssh.connect_timeout_s + 2)
+    ok = await steps.watch(host.wait_connected(cfg.ssh.connect_timeout_s + 2), f"connecting to {cfg.name}")
     if not ok:
         await host.close()
         raise HostUnavailable(host.status.last_error or f"{cfg.name}: not reachable")

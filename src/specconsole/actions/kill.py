@@ -96,6 +96,8 @@ class KillOutcome:
     message: str
     survivors: list[int] = field(default_factory=list)
     memory: list[tuple[int, float | None, float | None]] = field(default_factory=list)  # gpu, before, after
+    stopped: bool = False  # the job's processes are gone (the console shows training as stopped)
+    step: int | None = None  # the last step in the training log after the processes ended
 
     @property
     def exit_code(self) -> int:
@@ -279,7 +281,7 @@ async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.
         await steps.wait_for("the job to exit after SIGKILL", gone, timeout=10)
 
     steps.begin("verify")
-    survivors = await _alive(host, job)
+    survivors = await _alive(host, job, steps)
     if survivors:
         pids = ", ".join(map(str, survivors))
         msg = f"{len(survivors)} process(es) of the job survived SIGKILL on {host.name}: pids {pids}"
@@ -303,16 +305,46 @@ async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.
             if held:
                 steps.info(f"GPU {g.index}: {_mib(g.memory_used_mib)} -> {_mib(after_by.get(g.index))} "
                            f"(the job held {held:.0f} MiB)")
+    step = await final_step(host, plan.training, steps) if plan.training else None
     msg = f"training job stopped on {host.name}: {len(job)} process(es) ended"
-    if plan.step is not None:
-        msg += f" at step {plan.step}"
+    if step is not None:
+        msg += f" at step {step} (the log's last)"
+    elif plan.step is not None:
+        msg += f" at step {plan.step} or later (the log could not be read)"
     steps.done(msg)
-    return KillOutcome(True, msg, memory=memory)
+    return KillOutcome(True, msg, memory=memory, stopped=True, step=step)
 
 
-async def _alive(host: Host, pids: list[int]) -> list[int]:
+#: Lines read back from the end of the training log for its final step.
+FINAL_LINES = 200
+
+
+async def final_step(host: Host, training: TrainingConfig, steps: Steps) -> int | None:
+    """The last step the training log records, read after the processes ended (the trainer's
+    own ``Received SIGTERM at step N`` line, or its last record)."""
+    from specconsole.sources.training import LineParser
+
+    steps.begin("read the final step", f"reading the last step from {training.log_path}")
+    res = await steps.run(host, ["tail", "-n", str(FINAL_LINES), "--", training.log_path],
+                          summary=lambda r: f"{len(r.stdout.splitlines())} line(s)")
+    if not res.ok:
+        steps.warn(f"cannot read {training.log_path}; the final step is unknown")
+        return None
+    parser = LineParser(training.format, training.patterns)
+    for line in reversed(res.stdout.splitlines()):
+        record = parser.parse(line).record
+        if record is not None and record.step is not None:
+            steps.info(f"the log ends at step {record.step}: {_short(line.strip(), 80)}")
+            return record.step
+    steps.warn(f"no step in the last {FINAL_LINES} lines of {training.log_path}")
+    return None
+
+
+async def _alive(host: Host, pids: list[int], steps: Steps | None = None) -> list[int]:
     """Which of ``pids`` still exist (zombies count as gone)."""
-    res = await host.run(["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))])
+    argv = ["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))]
+    res = await (steps.run(host, argv, summary=lambda r: f"{len(r.stdout.splitlines())} left")
+                 if steps else host.run(argv))
     alive = []
     for line in res.stdout.splitlines():
         parts = line.split()
