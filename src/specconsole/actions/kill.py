@@ -153,8 +153,7 @@ async def find_job(host: Host, cfg: HostConfig, steps: Steps, current_step: int 
         raise KillError(f"{cfg.name}: no [hosts.training] configured; nothing to kill here")
     kill: KillConfig = cfg.training.kill
     steps.begin("find the job")
-    procs = await process_table(host, steps)
-    launchers, found_by, note, refused = await _launchers(host, kill, procs, steps)
+    procs, launchers, found_by, note, refused = await locate(host, kill, steps)
     plan = JobPlan(host=host.name, found_by=found_by, step=current_step, note=note, refused=refused,
                    training=cfg.training)
     plan.launchers = [procs[p] for p in launchers if p in procs and not procs[p].zombie]
@@ -170,6 +169,16 @@ async def find_job(host: Host, cfg: HostConfig, steps: Steps, current_step: int 
     steps.info(f"{len(plan.launchers)} launcher(s), {len(plan.workers)} worker process(es), "
                f"{sum(len(v) for v in plan.gpu_procs.values())} on GPUs")
     return plan
+
+
+async def locate(host: Host, kill: KillConfig,
+                 steps: Steps) -> tuple[dict[int, Proc], list[int], str, str, str]:
+    """The process table and the job's launcher pids, found as configured (the finder the kill
+    and the training source's running/stopped check share): ``(procs, launchers, found_by,
+    note, refused)``."""
+    procs = await process_table(host, steps)
+    launchers, found_by, note, refused = await _launchers(host, kill, procs, steps)
+    return procs, [p for p in launchers if p in procs and not procs[p].zombie], found_by, note, refused
 
 
 async def _launchers(host: Host, kill: KillConfig, procs: dict[int, Proc],
@@ -262,7 +271,7 @@ async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.
 
     async def gone() -> tuple[bool, str]:
         nonlocal left
-        left = await _alive(host, job)
+        left = await alive_pids(host, job)
         return not left, f"{len(left)} of {len(job)} left: {', '.join(map(str, left[:8]))}"
 
     if await steps.wait_for("the job to exit after SIGTERM", gone, timeout=grace_s):
@@ -281,7 +290,7 @@ async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.
         await steps.wait_for("the job to exit after SIGKILL", gone, timeout=10)
 
     steps.begin("verify")
-    survivors = await _alive(host, job, steps)
+    survivors = await alive_pids(host, job, steps)
     if survivors:
         pids = ", ".join(map(str, survivors))
         msg = f"{len(survivors)} process(es) of the job survived SIGKILL on {host.name}: pids {pids}"
@@ -340,7 +349,7 @@ async def final_step(host: Host, training: TrainingConfig, steps: Steps) -> int 
     return None
 
 
-async def _alive(host: Host, pids: list[int], steps: Steps | None = None) -> list[int]:
+async def alive_pids(host: Host, pids: list[int], steps: Steps | None = None) -> list[int]:
     """Which of ``pids`` still exist (zombies count as gone)."""
     argv = ["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))]
     res = await (steps.run(host, argv, summary=lambda r: f"{len(r.stdout.splitlines())} left")

@@ -34,6 +34,7 @@ from specconsole.config import TrainingConfig
 from specconsole.errors import HostError, HostUnavailable
 from specconsole.samples import Sample, format_duration
 from specconsole.sources import Publish
+from specconsole.sources.job import JobWatch
 
 if TYPE_CHECKING:
     from specconsole.hosts.base import Host, StreamProcess
@@ -519,6 +520,9 @@ class TrainingProgress:
     recent_lines: tuple[str, ...] = ()
     stalled: bool = False
     error: str | None = None
+    #: from the job's processes (:mod:`specconsole.sources.job`): "running", "stopped" or
+    #: "unknown"; None until first checked
+    state: str | None = None
 
     @property
     def is_done(self) -> bool:
@@ -826,6 +830,7 @@ class TrainingSource:
         self._dirty = asyncio.Event()
         self._proc: StreamProcess | None = None
         self.streams_started = 0
+        self.job = JobWatch(host, cfg.kill, interval_s)
 
     @property
     def command(self) -> list[str]:
@@ -837,7 +842,8 @@ class TrainingSource:
     async def run(self, publish: Publish[TrainingProgress]) -> None:
         """Tail and publish until cancelled (an error in ``publish`` ends it too)."""
         tasks = {asyncio.ensure_future(self._tail_forever()),
-                 asyncio.ensure_future(self._publisher(publish))}
+                 asyncio.ensure_future(self._publisher(publish)),
+                 asyncio.ensure_future(self.job.run(self._dirty.set))}
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -856,7 +862,7 @@ class TrainingSource:
             self._dirty.clear()
             self._check_stderr()
             now = time.time()
-            publish(Sample(self.tracker.progress(now), at=now, interval=self.interval_s))
+            publish(Sample(self.job.apply(self.tracker.progress(now)), at=now, interval=self.interval_s))
             await asyncio.sleep(0.05)  # coalesce a burst of lines into one sample
 
     def _check_stderr(self) -> None:
@@ -891,6 +897,8 @@ class TrainingSource:
                             got_lines = True
                             self.tracker.set_error(None)
                         self.tracker.feed(line, time.time())
+                        if self.job.state == "stopped":
+                            self.job.poke()  # a (re)started job?
                         self._dirty.set()
                     rc = await proc.wait()
                     self._proc = None
