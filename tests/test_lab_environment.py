@@ -148,3 +148,63 @@ def test_down_does_not_kill_a_reused_pid(tmp_path: Path, recorded: str) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_fresh_lab_starts_from_a_clean_unit_and_no_old_training_log(tmp_path: Path) -> None:
+    lab = Lab(tmp_path / "lab", HOSTS_ONLY)
+    lab.up()
+    lab.down()
+    # what a demo session leaves: a deploy's drop-in (an old --port) and work folder, service
+    # status and journal, a training log and pid file
+    drop_in_dir = lab.unit_path.parent / "sglang.service.d"
+    (drop_in_dir / ".specconsole" / "20261203-081345-beddff").mkdir(parents=True)
+    (drop_in_dir / ".specconsole" / "20261203-081345-beddff" / "plan.json").write_text("{}")
+    (drop_in_dir / "zz-specconsole-deploy.conf").write_text("[Service]\nExecStart=\nExecStart=/bin/sglang --port 1\n")
+    serve = lab.root("serve")
+    (serve / "run" / "sglang.service.status").write_text("ActiveState=active\n")
+    (serve / "var" / "log" / "journal").mkdir(parents=True)
+    (serve / "var" / "log" / "journal" / "sglang.service.log").write_text("old journal\n")
+    lab.train_log.parent.mkdir(parents=True, exist_ok=True)
+    lab.train_log.write_text('{"step": 262, "loss": 1.0}\nReceived SIGTERM at step 262, stopping training\n')
+    lab.trainer_pid_file.write_text("4242\n")
+
+    again = Lab(lab.dir, HOSTS_ONLY)
+    again.up()
+    try:
+        assert not drop_in_dir.exists()
+        assert not (serve / "run" / "sglang.service.status").exists()
+        assert not (serve / "var" / "log" / "journal").exists()
+        assert not lab.train_log.exists() and not lab.trainer_pid_file.exists()
+        cat = subprocess.run([str(serve / "bin" / "systemctl"), "cat", "sglang.service"],
+                             capture_output=True, text=True, timeout=60)
+        assert [ln for ln in cat.stdout.splitlines() if ln.startswith("# /")] == [f"# {lab.unit_path}"]
+        assert f"--port {again.state.sglang_port}" in cat.stdout.replace("'", "")
+    finally:
+        again.down()
+
+
+def test_lab_status_and_the_console_find_the_demos_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`specconsole demo` keeps its lab in its own folder; `lab status` and a config-less
+    command look there too (they said "running: false" while the demo ran)."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECCONSOLE_LAB_DIR", "SPECCONSOLE_CONFIG")}
+    env["HOME"] = str(home)
+    demo = Lab(home / ".local" / "state" / "specconsole" / "demo", HOSTS_ONLY)
+    demo.up()
+    try:
+        res = subprocess.run([sys.executable, "-m", "specconsole", "lab", "status"], capture_output=True,
+                             text=True, timeout=120, env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert json.loads(res.stdout) == {"dir": str(demo.dir), "running": True, "config": str(demo.config_path)}
+
+        from specconsole.cli import resolve_config_path
+
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.delenv("SPECCONSOLE_LAB_DIR", raising=False)
+        monkeypatch.delenv("SPECCONSOLE_CONFIG", raising=False)
+        assert resolve_config_path(None) == str(demo.config_path)
+    finally:
+        demo.down()
+    res = subprocess.run([sys.executable, "-m", "specconsole", "lab", "status"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 1 and json.loads(res.stdout)["running"] is False

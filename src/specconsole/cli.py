@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from specconsole import __version__
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
+from specconsole.lab.environment import DEMO_DIR
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -40,10 +41,10 @@ def resolve_config_path(given: str | None) -> str:
     found = default_config_path()
     if found:
         return found
-    from specconsole.lab.environment import Lab
+    from specconsole.lab.environment import running_lab
 
-    lab = Lab()
-    if lab.is_running() and lab.config_path.exists():
+    lab = running_lab()
+    if lab is not None and lab.config_path.exists():
         return str(lab.config_path)
     raise ConfigError("<no config>", None, "no config file given and no lab running",
                       "pass --config FILE (see configs/example.toml), or start the lab: specconsole lab up")
@@ -228,7 +229,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- demo
 
-DEMO_DIR = "~/.local/state/specconsole/demo"
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -302,7 +302,11 @@ def _lab(args: argparse.Namespace) -> int:
             return 0
         lab.down()
         return 0
-    # status
+    # status: without --dir, the default lab or else the demo's
+    if not args.dir:
+        from specconsole.lab.environment import running_lab
+
+        lab = running_lab() or lab
     running = lab.is_running()
     print(json.dumps({"dir": str(lab.dir), "running": running,
                       "config": str(lab.config_path) if running else None}, indent=2))

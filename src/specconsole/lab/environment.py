@@ -44,6 +44,8 @@ from specconsole.errors import SpecConsoleError
 Say = Callable[[str], None]
 
 LAB_DIR_ENV = "SPECCONSOLE_LAB_DIR"
+#: Where ``specconsole demo`` keeps its lab (apart from ``lab up``'s, which it must not disturb).
+DEMO_DIR = "~/.local/state/specconsole/demo"
 #: Set to the host's root folder in every process the lab starts (and in each SSH session).
 LAB_ROOT_ENV = "SPECCONSOLE_LAB_ROOT"
 DEFAULT_LAB_DIR = "~/.local/state/specconsole/lab"
@@ -130,6 +132,16 @@ def default_lab_dir() -> Path:
     return Path(os.environ.get(LAB_DIR_ENV, DEFAULT_LAB_DIR)).expanduser()
 
 
+def running_lab() -> Lab | None:
+    """The lab that runs in the default lab folder, else the demo's (``lab status`` and a
+    config-less console find either), else None."""
+    for lab_dir in dict.fromkeys((default_lab_dir(), Path(DEMO_DIR).expanduser())):
+        lab = Lab(lab_dir)
+        if lab.is_running():
+            return lab
+    return None
+
+
 def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((address, 0))
@@ -212,6 +224,7 @@ class Lab:
         (self.dir / "logs").mkdir(exist_ok=True)
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
         self._client_key()
+        self._clear_previous_run()
         self.state = LabState(dir=str(self.dir), owner_pid=owner_pid)
         self.state.sglang_port = free_port("127.0.0.1")
         for name, address in (("train", o.train_address), ("serve", o.serve_address)):
@@ -247,6 +260,22 @@ class Lab:
         self.state.started.clear()
         self.state.save()
         self.say(f"lab down in {time.monotonic() - t0:.1f}s")
+
+    def _clear_previous_run(self) -> None:
+        """A fresh lab starts from a clean unit: no drop-in (a deploy's ``zz-specconsole-deploy.conf``
+        with an old ``--port``) or deploy work folder, no service status or journal, no training
+        log or pid file of an earlier run in this folder."""
+        unit, serve = self.unit_path, self.root("serve")
+        leftovers = [unit.parent / f"{unit.name}.d", serve / "run" / f"{unit.name}.status",
+                     serve / "var" / "log" / "journal", self.train_log, self.trainer_pid_file]
+        for path in leftovers:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+            else:
+                continue
+            self.say(f"removed {path} (left by an earlier run)")
 
     # -- keys ------------------------------------------------------------------------------------
     def _keygen(self, path: Path, comment: str) -> None:
