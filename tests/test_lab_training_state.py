@@ -90,3 +90,7 @@ async def test_training_shows_stopped_within_2s_of_a_kill(job_lab: Lab) -> None:
     after = await asyncio.to_thread(status_json, job_lab)
     assert after["state"] == "stopped" and after["stalled"] is False
     assert after["tokens_per_s"] is None and after["eta_s"] is None and after["step"] == outcome.step
+    text = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "specconsole", "status", "--config",
+                                                    str(job_lab.config_path)], capture_output=True, text=True,
+                                   timeout=120)
+    assert f"job stopped: n/a tok/s, n/a steps/s, ETA stopped at step {outcome.step}" in text.stdout
