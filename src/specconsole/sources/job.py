@@ -55,7 +55,7 @@ class JobWatch:
             return replace(progress, state=self.state)
         at = f" at step {progress.step}" if progress.step is not None else ""
         return replace(progress, state="stopped", tokens_per_s=None, steps_per_s=None, eta_s=None,
-                       eta_text=f"stopped{at}: {self.detail}", stalled=False)
+                       eta_text=f"stopped{at}", stalled=False)
 
     async def run(self, changed: Callable[[], None]) -> None:
         """Check until cancelled; ``changed()`` after every check that changed the state."""
