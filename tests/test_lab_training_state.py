@@ -47,10 +47,14 @@ async def until(predicate, timeout: float) -> float | None:  # type: ignore[no-u
     return None
 
 
+def status(lab: Lab, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`specconsole status` once (a generous first-snapshot timeout: a loaded machine is slow)."""
+    return subprocess.run([sys.executable, "-m", "specconsole", "status", *extra, "--timeout", "120",
+                           "--config", str(lab.config_path)], capture_output=True, text=True, timeout=240)
+
+
 def status_json(lab: Lab) -> dict[str, object]:
-    res = subprocess.run([sys.executable, "-m", "specconsole", "status", "--json", "--config", str(lab.config_path)],
-                         capture_output=True, text=True, timeout=120)
-    hosts = {h["name"]: h for h in json.loads(res.stdout)["hosts"]}
+    hosts = {h["name"]: h for h in json.loads(status(lab, "--json").stdout)["hosts"]}
     return hosts["train"]["training"]["value"]  # type: ignore[no-any-return]
 
 
@@ -90,7 +94,5 @@ async def test_training_shows_stopped_within_2s_of_a_kill(job_lab: Lab) -> None:
     after = await asyncio.to_thread(status_json, job_lab)
     assert after["state"] == "stopped" and after["stalled"] is False
     assert after["tokens_per_s"] is None and after["eta_s"] is None and after["step"] == outcome.step
-    text = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "specconsole", "status", "--config",
-                                                    str(job_lab.config_path)], capture_output=True, text=True,
-                                   timeout=120)
+    text = await asyncio.to_thread(status, job_lab)
     assert f"job stopped: n/a tok/s, n/a steps/s, ETA stopped at step {outcome.step}" in text.stdout
