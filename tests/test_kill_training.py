@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -63,6 +65,22 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
+def assert_no_silent_gap(events: list[StepEvent], limit_s: float = 1.0) -> None:
+    """The promise: during any wait a status line at least every second (from the events' own times)."""
+    gaps = [(b.at - a.at, a.line(), b.line()) for a, b in itertools.pairwise(events)]
+    longest = max(gaps, default=(0.0, "", ""))
+    assert longest[0] <= limit_s, f"{longest[0]:.2f}s without a status line between {longest[1]!r} and {longest[2]!r}"
+
+
 async def connect(lab: Lab) -> tuple[SshHost, object]:
     cfg = load_config(lab.config_path).host("train")
     host = SshHost(cfg)
@@ -103,7 +121,17 @@ async def test_kill_stops_every_process_and_releases_gpu_memory(train_lab: Lab) 
     assert f"kill -TERM {launcher}" in commands
     assert "ps -eww -o pid=,ppid=,pgid=,stat=,args=" in commands
     assert any("GPU 0: " in ln and "-> " in ln for ln in lines)
-    assert events[-1].kind == "done" and "3 process(es) ended at step 123" in events[-1].message
+    # the summary's step is the log's, read after the processes ended (not the 123 the plan had)
+    log_lines = train_lab.train_log.read_text().splitlines()
+    last_step = json.loads(next(ln for ln in reversed(log_lines) if ln.startswith("{")))["step"]
+    assert log_lines[-1] == f"Received SIGTERM at step {last_step}, stopping training"
+    assert events[-1].kind == "done"
+    assert f"3 process(es) ended at step {last_step} (the log's last)" in events[-1].message
+    assert outcome.step == last_step and outcome.stopped
+    assert_no_silent_gap(events)
+    # the launcher is reaped by whoever started it, never left as <defunct>
+    assert wait_until(lambda: not Path(f"/proc/{launcher}").exists(), 15), \
+        f"launcher {launcher} lingers: {Path(f'/proc/{launcher}/stat').read_text() if alive(launcher) else 'zombie'}"
     # every command is followed by its result with exit status and time
     for i, e in enumerate(events):
         if e.kind == "command":
@@ -134,6 +162,7 @@ async def test_sigkill_escalation_when_workers_ignore_sigterm(train_lab: Lab) ->
     assert ("SIGKILL survivors", "step") in kinds
     assert any(e.kind == "heartbeat" and "left" in e.message for e in events)
     assert any(e.command and e.command.startswith("kill -KILL") for e in events)
+    assert_no_silent_gap(events)
 
 
 async def test_nothing_to_kill_is_a_clear_success(lab_hosts: Lab) -> None:
@@ -191,3 +220,91 @@ def test_cli_refuses_without_tty_or_yes(train_lab: Lab) -> None:
     assert alive(train_lab.state.trainer_pid or 0)
 
 
+
+
+@pytest.fixture
+def stranger() -> Iterator[subprocess.Popen[bytes]]:
+    """An unrelated long-running process (someone else's work), in its own session."""
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_stale_pid_file_naming_an_unrelated_process_is_refused(
+        lab_hosts: Lab, stranger: subprocess.Popen[bytes]) -> None:
+    """The job is gone and its pid was reused by another process: nothing of it is killed."""
+    lab_hosts.trainer_pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lab_hosts.trainer_pid_file.write_text(f"{stranger.pid}\n")
+    host, cfg = await connect(lab_hosts)
+    events: list[StepEvent] = []
+    try:
+        steps = Steps("kill-training", events.append, host="train")
+        plan = await find_job(host, cfg, steps)  # type: ignore[arg-type]
+        outcome = await kill_job(host, plan, steps, grace_s=2)
+    finally:
+        await host.close()
+    assert plan.empty and not outcome.ok
+    assert f"pid {stranger.pid} (sleep 300), which does not match torchrun" in outcome.message
+    assert outcome.message.startswith("refusing to kill on train:") and "\n" not in outcome.message
+    assert not any(e.command and e.command.startswith("kill ") for e in events)
+    assert alive(stranger.pid)
+
+
+async def test_pid_file_older_than_its_process_is_refused(lab_hosts: Lab) -> None:
+    """A process that looks like torchrun but started after the pid file was written is not the job."""
+    lab_hosts.trainer_pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "torchrun"],
+                                 start_new_session=True)
+    try:
+        lab_hosts.trainer_pid_file.write_text(f"{lookalike.pid}\n")
+        hour_ago = time.time() - 3600
+        os.utime(lab_hosts.trainer_pid_file, (hour_ago, hour_ago))
+        host, cfg = await connect(lab_hosts)
+        try:
+            steps = Steps("kill-training", lambda _e: None, host="train")
+            plan = await find_job(host, cfg, steps)  # type: ignore[arg-type]
+            outcome = await kill_job(host, plan, steps, grace_s=2)
+        finally:
+            await host.close()
+        assert plan.empty and not outcome.ok
+        assert "after the file was written: the pid was reused; not killing it" in outcome.message
+        assert alive(lookalike.pid)
+    finally:
+        lookalike.kill()
+        lookalike.wait()
+
+
+def test_cli_refuses_a_reused_pid_with_one_line_and_exit_1(lab_hosts: Lab, stranger: subprocess.Popen[bytes]) -> None:
+    lab_hosts.trainer_pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lab_hosts.trainer_pid_file.write_text(f"{stranger.pid}\n")
+    res = subprocess.run([sys.executable, "-m", "specconsole", "kill-training", "--config",
+                          str(lab_hosts.config_path), "--yes"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"refusing to kill on train: pid file {lab_hosts.trainer_pid_file} names pid {stranger.pid}" in res.stdout
+    assert "Traceback" not in res.stderr
+    assert alive(stranger.pid)
+
+
+async def test_waits_say_something_at_least_every_second_even_when_a_probe_is_slow() -> None:
+    """Heartbeats follow the last event, not the last probe: a 1.3 s probe (a slow `ps` over SSH)
+    and a 2 s command still leave no second without a status line."""
+    events: list[StepEvent] = []
+    steps = Steps("kill-training", events.append, host="train")
+    steps.begin("wait for the job to exit")
+    polls = 0
+
+    async def probe() -> tuple[bool, str]:
+        nonlocal polls
+        polls += 1
+        await asyncio.sleep(1.3)
+        return polls > 2, f"{3 - polls} of 3 left: 101, 102"
+
+    assert await steps.wait_for("the job to exit after SIGTERM", probe, timeout=30)
+    await steps.watch(asyncio.sleep(2.0), "connecting to train")
+    steps.done("done")
+    assert_no_silent_gap(events)
+    beats = [e.message for e in events if e.kind == "heartbeat"]
+    assert any("1 of 3 left: 101, 102" in b for b in beats) and any("connecting to train" in b for b in beats)

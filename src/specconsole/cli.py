@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from specconsole import __version__, paths
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
+from specconsole.lab.environment import DEMO_DIR
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -40,10 +41,10 @@ def resolve_config_path(given: str | None) -> str:
     found = default_config_path()
     if found:
         return found
-    from specconsole.lab.environment import Lab
+    from specconsole.lab.environment import running_lab
 
-    lab = Lab()
-    if lab.is_running() and lab.config_path.exists():
+    lab = running_lab()
+    if lab is not None and lab.config_path.exists():
         return str(lab.config_path)
     raise ConfigError("<no config>", None, "no config file given and no lab running",
                       "pass --config FILE (see configs/example.toml), or start the lab: specconsole lab up")
@@ -79,6 +80,24 @@ async def _status(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------ actions
 
+class ReadOnlyRefused(SpecConsoleError):
+    """A destructive command in read-only mode: refused before any connection."""
+
+    exit_code = 3
+
+
+def _refuse_if_read_only(args: argparse.Namespace, config: Config, action_id: str, command: str) -> None:
+    """Read-only gates the headless commands as it gates the console: the registry's destructive
+    actions (kill_training, deploy) are not run at all."""
+    from specconsole.ui.registry import BY_ID
+
+    if not BY_ID[action_id].destructive or not (args.read_only or config.console.read_only):
+        return
+    why = "--read-only" if args.read_only else f"read_only = true in {config.path}"
+    raise ReadOnlyRefused(f"{command}: refused in read-only mode ({why}); nothing on any host was touched "
+                          f"(drop --read-only / set read_only = false to change hosts)")
+
+
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
     """Print each step event as it happens and append it to the audit log."""
     from specconsole.actions.steps import audit
@@ -103,7 +122,7 @@ async def _connected_host(config: Config, name: str | None, role: str, steps: St
     host = make_host(cfg)
     steps.begin("connect", f"connecting to {cfg.name}")
     await host.start()
-    ok = await host.wait_connected(cfg.ssh.connect_timeout_s + 2)
+    ok = await steps.watch(host.wait_connected(cfg.ssh.connect_timeout_s + 2), f"connecting to {cfg.name}")
     if not ok:
         await host.close()
         raise HostUnavailable(host.status.last_error or f"{cfg.name}: not reachable")
@@ -125,6 +144,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
+    _refuse_if_read_only(args, config, "kill_training", "kill-training")
     events = EventLog(config.console.audit_log)
     steps = Steps("kill-training", _step_printer(events))
     cfg, host = await _connected_host(config, args.host, "train", steps)
@@ -133,8 +153,8 @@ async def _kill_training(args: argparse.Namespace) -> int:
         for line in plan.describe():
             print(line, flush=True)
         if plan.empty:
-            steps.done(plan.describe()[0])
-            return 0
+            (steps.failed if plan.refused else steps.done)(plan.describe()[0])
+            return 1 if plan.refused else 0
         if not _confirm(f"Kill these {len(plan.pids)} process(es) on {cfg.name}?", args.yes):
             steps.done("cancelled by the operator; nothing was changed")
             return 0
@@ -151,6 +171,8 @@ async def _deploy(args: argparse.Namespace) -> int:
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
+    if not args.dry_run:  # a dry run changes nothing, so read-only allows it
+        _refuse_if_read_only(args, config, "deploy", "deploy")
     events = EventLog(config.console.audit_log)
     steps = Steps("deploy", _step_printer(events))
     request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
@@ -207,7 +229,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- demo
 
-DEMO_DIR = str(paths.state_dir() / "demo")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -281,7 +302,11 @@ def _lab(args: argparse.Namespace) -> int:
             return 0
         lab.down()
         return 0
-    # status
+    # status: without --dir, the default lab or else the demo's
+    if not args.dir:
+        from specconsole.lab.environment import running_lab
+
+        lab = running_lab() or lab
     running = lab.is_running()
     print(json.dumps({"dir": str(lab.dir), "running": running,
                       "config": str(lab.config_path) if running else None}, indent=2))
@@ -312,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     kt.add_argument("--host", help="training host name (default: the only one)")
     kt.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kt.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config, 30)")
+    kt.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
+                    help="refuse (exit 3): read-only mode changes no host")
 
     dp = sub.add_parser("deploy", help="change SGLang's DFLASH draft window / algorithm, restart, verify, roll back")
     dp.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
@@ -323,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health (600)")
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
     dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    dp.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
+                    help="refuse (exit 3) unless --dry-run: read-only mode changes no host")
 
     from specconsole.eval.cli import add_eval_parser
 
@@ -365,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecConsoleError as err:
         print(f"specconsole: {err}", file=sys.stderr)
         return err.exit_code
+    except TimeoutError as err:  # a remote command that did not finish: its message names it
+        print(f"specconsole: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("specconsole: interrupted", file=sys.stderr)
         return 130

@@ -45,12 +45,15 @@ class HostStatus:
     @property
     def complete(self) -> bool:
         """Every source this host is configured for has published something meaningful: a
-        training sample counts once the log's first lines arrived or the tail reported why not."""
+        training sample counts once the log's first lines arrived or the tail reported why not,
+        and the job's processes were checked (running or stopped)."""
         for kind in self.expected:
             sample = getattr(self, kind)
             if sample is None:
                 return False
             if kind == "training" and not (sample.value.lines_seen or sample.value.error):
+                return False
+            if kind == "training" and getattr(sample.value, "state", "") is None:
                 return False
         return True
 

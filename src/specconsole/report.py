@@ -141,9 +141,10 @@ def _training_lines(sample: Sample[Any], now: float) -> list[str]:
     total = f"/{p.total_steps}" if p.total_steps else ""
     epochs = f"/{p.total_epochs:g}" if p.total_epochs else ""
     epoch = f"{p.epoch:.2f}" if p.epoch is not None else "n/a"
+    state = f"job {p.state}: " if getattr(p, "state", None) else ""
     lines = [f"   training: step {_num(p.step)}{total}, epoch {epoch}{epochs}, "
              f"loss {_num(p.loss, '{:.4f}')} ({_stamp(sample, now)})"]
-    lines.append(f"     {_num(p.tokens_per_s, '{:.0f}')} tok/s, {_num(p.steps_per_s, '{:.3f}')} steps/s, "
+    lines.append(f"     {state}{_num(p.tokens_per_s, '{:.0f}')} tok/s, {_num(p.steps_per_s, '{:.3f}')} steps/s, "
                  f"ETA {p.eta_text or 'n/a'}, malformed lines {p.malformed}")
     err = getattr(p, "error", None)
     if err:

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from specconsole.actions.steps import Steps
-from specconsole.config import HostConfig, KillConfig
+from specconsole.config import HostConfig, KillConfig, TrainingConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.sources.gpu import GpuProcess, GpuReading, parse_app_lines, parse_gpu_lines
@@ -55,6 +55,9 @@ class JobPlan:
     gpus_before: list[GpuReading] = field(default_factory=list)
     step: int | None = None
     note: str = ""
+    #: why a process named by the pid file was not taken for the job (a reused pid), if so
+    refused: str = ""
+    training: TrainingConfig | None = None  # where the log is, to read the final step
 
     @property
     def pids(self) -> list[int]:
@@ -66,6 +69,8 @@ class JobPlan:
 
     def describe(self) -> list[str]:
         """Human lines: pids, commands, GPUs and memory they hold, the current step."""
+        if self.empty and self.refused:
+            return [f"refusing to kill on {self.host}: {self.refused}"]
         if self.empty:
             return [f"nothing to kill on {self.host}: {self.note or 'no process of the job is running'}"]
         lines = [f"{self.host}: training job found by {self.found_by}"
@@ -91,6 +96,8 @@ class KillOutcome:
     message: str
     survivors: list[int] = field(default_factory=list)
     memory: list[tuple[int, float | None, float | None]] = field(default_factory=list)  # gpu, before, after
+    stopped: bool = False  # the job's processes are gone (the console shows training as stopped)
+    step: int | None = None  # the last step in the training log after the processes ended
 
     @property
     def exit_code(self) -> int:
@@ -146,13 +153,13 @@ async def find_job(host: Host, cfg: HostConfig, steps: Steps, current_step: int 
         raise KillError(f"{cfg.name}: no [hosts.training] configured; nothing to kill here")
     kill: KillConfig = cfg.training.kill
     steps.begin("find the job")
-    procs = await process_table(host, steps)
-    launchers, found_by, note = await _launchers(host, kill, procs, steps)
-    plan = JobPlan(host=host.name, found_by=found_by, step=current_step, note=note)
+    procs, launchers, found_by, note, refused = await locate(host, kill, steps)
+    plan = JobPlan(host=host.name, found_by=found_by, step=current_step, note=note, refused=refused,
+                   training=cfg.training)
     plan.launchers = [procs[p] for p in launchers if p in procs and not procs[p].zombie]
     plan.workers = [p for p in descendants(procs, [x.pid for x in plan.launchers]) if not p.zombie]
     if plan.empty:
-        steps.info(plan.describe()[0])
+        (steps.warn if plan.refused else steps.info)(plan.describe()[0])
         return plan
     plan.gpus_before, gpu_procs = await gpu_state(host, steps)
     job = set(plan.pids)
@@ -164,39 +171,89 @@ async def find_job(host: Host, cfg: HostConfig, steps: Steps, current_step: int 
     return plan
 
 
+async def locate(host: Host, kill: KillConfig,
+                 steps: Steps) -> tuple[dict[int, Proc], list[int], str, str, str]:
+    """The process table and the job's launcher pids, found as configured (the finder the kill
+    and the training source's running/stopped check share): ``(procs, launchers, found_by,
+    note, refused)``."""
+    procs = await process_table(host, steps)
+    launchers, found_by, note, refused = await _launchers(host, kill, procs, steps)
+    return procs, [p for p in launchers if p in procs and not procs[p].zombie], found_by, note, refused
+
+
 async def _launchers(host: Host, kill: KillConfig, procs: dict[int, Proc],
-                     steps: Steps) -> tuple[list[int], str, str]:
+                     steps: Steps) -> tuple[list[int], str, str, str]:
+    """(launcher pids, how they were found, why none were, why the pid file's pid was refused)."""
+    refused = ""
     if kill.pid_file:
         res = await steps.run(host, ["cat", "--", kill.pid_file])
         if res.ok and res.stdout.strip().isdigit():
             pid = int(res.stdout.strip())
             if pid in procs:
-                return [pid], f"pid file {kill.pid_file}", ""
-            note = f"pid file {kill.pid_file} names pid {pid}, which is not running"
+                refused = await _pid_file_mismatch(host, kill, procs[pid], steps)
+                if not refused:
+                    return [pid], f"pid file {kill.pid_file}", "", ""
+                note = refused
+            else:
+                note = f"pid file {kill.pid_file} names pid {pid}, which is not running"
         else:
             note = f"pid file {kill.pid_file} {'is empty or not a pid' if res.ok else 'does not exist'}"
         if not kill.systemd_unit and not kill.pattern:
-            return [], f"pid file {kill.pid_file}", note
+            return [], f"pid file {kill.pid_file}", note, refused
         steps.info(note + "; trying the next method")
     if kill.systemd_unit:
         res = await steps.run(host, ["systemctl", "show", "-p", "MainPID", "--value", kill.systemd_unit])
         pid = int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 0
         if pid and pid in procs:
-            return [pid], f"systemd unit {kill.systemd_unit}", ""
+            return [pid], f"systemd unit {kill.systemd_unit}", "", ""
         if not kill.pattern:
-            return [], f"systemd unit {kill.systemd_unit}", f"unit {kill.systemd_unit} has no running MainPID"
+            return [], f"systemd unit {kill.systemd_unit}", f"unit {kill.systemd_unit} has no running MainPID", refused
     if not kill.pattern:
         raise KillError("no way to find the job: set training.kill.pid_file, systemd_unit or pattern")
     rx = re.compile(kill.pattern)
     ps_line = shlex.join(PS_ARGV)
     matching = {p.pid for p in procs.values() if rx.search(p.args) and ps_line not in p.args}
     roots = [pid for pid in sorted(matching) if procs[pid].ppid not in matching]
-    return roots, f"pattern {kill.pattern!r}", "" if roots else f"no process matches {kill.pattern!r}"
+    return roots, f"pattern {kill.pattern!r}", "" if roots else f"no process matches {kill.pattern!r}", \
+        "" if roots else refused
+
+
+#: A launcher's command line, when no pattern is configured: torchrun or its module forms.
+TORCHRUN = re.compile(r"(^|[/\s])torchrun(\s|$)|torch\.distributed\.(run|launch)(\s|$)")
+#: Seconds of slack between the pid file's mtime and the process's start (both whole seconds).
+START_SLACK_S = 2
+
+
+async def _pid_file_mismatch(host: Host, kill: KillConfig, proc: Proc, steps: Steps) -> str:
+    """Why the pid file's process is not the job (a reused pid), or "" when it is.
+
+    The process must look like the job (torchrun, or the configured pattern) and must not have
+    started after the pid file was last written.
+    """
+    where = f"pid file {kill.pid_file} names pid {proc.pid} ({_short(proc.args, 50)})"
+    looks_like_job = bool(TORCHRUN.search(proc.args)) or bool(kill.pattern and re.search(kill.pattern, proc.args))
+    if not looks_like_job:
+        wanted = "torchrun" + (f" or {kill.pattern!r}" if kill.pattern else "")
+        return f"{where}, which does not match {wanted}: a reused pid? not killing it"
+    res = await steps.run(host, ["sh", "-c", 'date +%s; stat -c %Y -- "$1"; ps -o etimes= -p "$2"',
+                                 "sh", str(kill.pid_file), str(proc.pid)])
+    values = res.stdout.split()
+    if not res.ok or len(values) != 3 or not all(v.isdigit() for v in values):
+        return f"{where}, but its start time could not be compared with the file's: not killing it"
+    now, written, running_s = (int(v) for v in values)
+    started = now - running_s
+    if started > written + START_SLACK_S:
+        return (f"{where}, which started {started - written}s after the file was written: "
+                f"the pid was reused; not killing it")
+    return ""
 
 
 async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.0) -> KillOutcome:
     """SIGTERM the launcher, wait, SIGKILL survivors' groups, verify processes and GPU memory."""
     if plan.empty:
+        if plan.refused:
+            steps.failed(plan.describe()[0])
+            return KillOutcome(False, plan.describe()[0])
         steps.done(plan.describe()[0])
         return KillOutcome(True, plan.describe()[0])
     job = plan.pids
@@ -214,7 +271,7 @@ async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.
 
     async def gone() -> tuple[bool, str]:
         nonlocal left
-        left = await _alive(host, job)
+        left = await alive_pids(host, job)
         return not left, f"{len(left)} of {len(job)} left: {', '.join(map(str, left[:8]))}"
 
     if await steps.wait_for("the job to exit after SIGTERM", gone, timeout=grace_s):
@@ -233,7 +290,7 @@ async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.
         await steps.wait_for("the job to exit after SIGKILL", gone, timeout=10)
 
     steps.begin("verify")
-    survivors = await _alive(host, job)
+    survivors = await alive_pids(host, job, steps)
     if survivors:
         pids = ", ".join(map(str, survivors))
         msg = f"{len(survivors)} process(es) of the job survived SIGKILL on {host.name}: pids {pids}"
@@ -257,16 +314,46 @@ async def kill_job(host: Host, plan: JobPlan, steps: Steps, grace_s: float = 30.
             if held:
                 steps.info(f"GPU {g.index}: {_mib(g.memory_used_mib)} -> {_mib(after_by.get(g.index))} "
                            f"(the job held {held:.0f} MiB)")
+    step = await final_step(host, plan.training, steps) if plan.training else None
     msg = f"training job stopped on {host.name}: {len(job)} process(es) ended"
-    if plan.step is not None:
-        msg += f" at step {plan.step}"
+    if step is not None:
+        msg += f" at step {step} (the log's last)"
+    elif plan.step is not None:
+        msg += f" at step {plan.step} or later (the log could not be read)"
     steps.done(msg)
-    return KillOutcome(True, msg, memory=memory)
+    return KillOutcome(True, msg, memory=memory, stopped=True, step=step)
 
 
-async def _alive(host: Host, pids: list[int]) -> list[int]:
+#: Lines read back from the end of the training log for its final step.
+FINAL_LINES = 200
+
+
+async def final_step(host: Host, training: TrainingConfig, steps: Steps) -> int | None:
+    """The last step the training log records, read after the processes ended (the trainer's
+    own ``Received SIGTERM at step N`` line, or its last record)."""
+    from specconsole.sources.training import LineParser
+
+    steps.begin("read the final step", f"reading the last step from {training.log_path}")
+    res = await steps.run(host, ["tail", "-n", str(FINAL_LINES), "--", training.log_path],
+                          summary=lambda r: f"{len(r.stdout.splitlines())} line(s)")
+    if not res.ok:
+        steps.warn(f"cannot read {training.log_path}; the final step is unknown")
+        return None
+    parser = LineParser(training.format, training.patterns)
+    for line in reversed(res.stdout.splitlines()):
+        record = parser.parse(line).record
+        if record is not None and record.step is not None:
+            steps.info(f"the log ends at step {record.step}: {_short(line.strip(), 80)}")
+            return record.step
+    steps.warn(f"no step in the last {FINAL_LINES} lines of {training.log_path}")
+    return None
+
+
+async def alive_pids(host: Host, pids: list[int], steps: Steps | None = None) -> list[int]:
     """Which of ``pids`` still exist (zombies count as gone)."""
-    res = await host.run(["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))])
+    argv = ["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))]
+    res = await (steps.run(host, argv, summary=lambda r: f"{len(r.stdout.splitlines())} left")
+                 if steps else host.run(argv))
     alive = []
     for line in res.stdout.splitlines():
         parts = line.split()

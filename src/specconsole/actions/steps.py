@@ -13,17 +13,19 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from specconsole.events import EventLog
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command, to_shell
 
+T = TypeVar("T")
+
 Kind = Literal["step", "command", "result", "heartbeat", "info", "warning", "error", "done", "failed"]
 
-#: A wait shows its first heartbeat after this long, then one every HEARTBEAT_EVERY_S.
-HEARTBEAT_AFTER_S = 1.0
-HEARTBEAT_EVERY_S = 2.0
+#: During any wait a heartbeat follows this long after the last event: the promise is one status
+#: line at least every second, and the margin absorbs a busy event loop.
+HEARTBEAT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class Steps:
         self.t0 = time.monotonic()
         self.step = ""
         self._step_t0 = self.t0
+        self._last_at = self.t0  # when the last event was emitted (monotonic)
         self.events: list[StepEvent] = []
 
     def elapsed(self) -> float:
@@ -70,6 +73,7 @@ class Steps:
     def emit(self, kind: Kind, message: str, **extra: object) -> StepEvent:
         event = StepEvent(self.action, kind, message, step=self.step, host=str(extra.pop("host", self.host)),
                           elapsed_s=self.elapsed(), **extra)  # type: ignore[arg-type]
+        self._last_at = time.monotonic()
         self.events.append(event)
         self.emit_fn(event)
         return event
@@ -116,33 +120,43 @@ class Steps:
         return res
 
     async def _beat_while(self, task: asyncio.Future[object], what: Callable[[], str], started: float) -> None:
-        next_beat = started + HEARTBEAT_AFTER_S
+        """Wait for ``task``; whenever :data:`HEARTBEAT_S` passes without an event, say ``what()``."""
         while not task.done():
-            await asyncio.wait({task}, timeout=max(0.0, next_beat - time.monotonic()))
-            if not task.done():
-                self.emit("heartbeat", f"{what()} ({time.monotonic() - started:.0f}s)")
-                next_beat = time.monotonic() + HEARTBEAT_EVERY_S
+            due = self._last_at + HEARTBEAT_S
+            await asyncio.wait({task}, timeout=max(0.0, due - time.monotonic()))
+            if not task.done() and time.monotonic() >= self._last_at + HEARTBEAT_S:
+                self.emit("heartbeat", f"{what()} ({time.monotonic() - started:.1f}s)")
+
+    async def watch(self, awaitable: Awaitable[T], what: str) -> T:
+        """Await anything (a connect, a local wait) with heartbeats saying ``what``."""
+        task = asyncio.ensure_future(awaitable)
+        await self._beat_while(task, lambda: what, time.monotonic())
+        return task.result()
 
     async def wait_for(self, what: str, probe: Callable[[], Awaitable[tuple[bool, str]]], *,
                        timeout: float, every: float = 1.0) -> bool:
         """Poll ``probe`` until it reports done or ``timeout`` passes, with heartbeats.
 
-        ``probe`` returns ``(done, seen)``; ``seen`` is what the heartbeat says it last saw.
+        ``probe`` returns ``(done, seen)``; ``seen`` is what the heartbeat says it last saw. The
+        heartbeats keep coming while a probe itself is slow.
         """
         started = time.monotonic()
-        next_beat = started + HEARTBEAT_AFTER_S
         seen = ""
+
+        def beat() -> str:
+            return f"waiting for {what} (up to {timeout:g}s): {seen or 'checking'}"
+
         while True:
-            done, seen = await probe()
+            task = asyncio.ensure_future(probe())
+            await self._beat_while(task, beat, started)
+            done, seen = task.result()
             if done:
                 return True
-            now = time.monotonic()
-            if now - started >= timeout:
+            waited = time.monotonic() - started
+            if waited >= timeout:
                 return False
-            if now >= next_beat:
-                self.emit("heartbeat", f"waiting for {what}: {now - started:.0f}s of {timeout:g}s; {seen}")
-                next_beat = now + HEARTBEAT_EVERY_S
-            await asyncio.sleep(min(every, max(0.05, timeout - (now - started))))
+            pause = asyncio.ensure_future(asyncio.sleep(min(every, max(0.05, timeout - waited))))
+            await self._beat_while(pause, beat, started)
 
 
 def audit(events: EventLog, also: Emit | None = None) -> Emit:

@@ -6,7 +6,7 @@ Layout under the lab folder (default ``~/.local/state/specconsole/lab``)::
     hosts/train/               the training host's root: bin/ etc/ runs/ ssh/
     hosts/serve/               the serving host's root:  bin/ etc/systemd/system/ models/ ssh/
     lab.toml                   a console config for this lab
-    state.json                 what was started (pids, ports), for ``lab down``
+    state.json                 what was started (pids with their start times, ports), for ``lab down``
 
 Each host is an OpenSSH ``sshd`` on its own loopback address (127.0.0.2, 127.0.0.3) with its
 own host key. sshd's ``SetEnv`` puts the host's ``bin/`` first on PATH, so on that host the
@@ -33,9 +33,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from specconsole import paths
@@ -44,6 +45,10 @@ from specconsole.errors import SpecConsoleError
 Say = Callable[[str], None]
 
 LAB_DIR_ENV = "SPECCONSOLE_LAB_DIR"
+#: Where ``specconsole demo`` keeps its lab (apart from ``lab up``'s, which it must not disturb).
+DEMO_DIR = str(paths.state_dir() / "demo")
+#: Set to the host's root folder in every process the lab starts (and in each SSH session).
+LAB_ROOT_ENV = "SPECCONSOLE_LAB_ROOT"
 DEFAULT_LAB_DIR = str(paths.state_dir() / "lab")
 
 TRAIN_GPUS = 8
@@ -72,6 +77,20 @@ class LabState:
     sglang_port: int = 0
     trainer_pid: int | None = None
     owner_pid: int | None = None  # the process that started the lab (a demo), if it should stop it
+    #: pid -> its start time (clock ticks since boot, /proc/PID/stat field 22) for every process
+    #: the lab started: ``lab down`` signals a pid only while its start time still matches
+    started: dict[str, int] = field(default_factory=dict)
+
+    def remember(self, pid: int) -> None:
+        start = start_time(pid)
+        if start is not None:
+            self.started[str(pid)] = start
+
+    def ours(self, pid: int | None) -> bool:
+        """Whether ``pid`` is still the process the lab started (not a reused pid)."""
+        if not pid or str(pid) not in self.started:
+            return False
+        return start_time(pid) == self.started[str(pid)] and _alive(pid)
 
     def save(self) -> None:
         path = Path(self.dir) / "state.json"
@@ -86,7 +105,8 @@ class LabState:
             return None
         raw = json.loads(path.read_text())
         hosts = {k: LabHost(**v) for k, v in raw.pop("hosts", {}).items()}
-        return cls(hosts=hosts, **raw)
+        known = {f.name for f in fields(cls)}
+        return cls(hosts=hosts, **{k: v for k, v in raw.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,16 @@ class LabOptions:
 
 def default_lab_dir() -> Path:
     return Path(os.environ.get(LAB_DIR_ENV, DEFAULT_LAB_DIR)).expanduser()
+
+
+def running_lab() -> Lab | None:
+    """The lab that runs in the default lab folder, else the demo's (``lab status`` and a
+    config-less console find either), else None."""
+    for lab_dir in dict.fromkeys((default_lab_dir(), Path(DEMO_DIR).expanduser())):
+        lab = Lab(lab_dir)
+        if lab.is_running():
+            return lab
+    return None
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -183,7 +213,7 @@ class Lab:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def is_running(self) -> bool:
-        return any(_alive(h.sshd_pid) for h in self.state.hosts.values())
+        return any(self.state.ours(h.sshd_pid) for h in self.state.hosts.values())
 
     def up(self, owner_pid: int | None = None) -> LabState:
         """Create everything and start the hosts, the training job and SGLang."""
@@ -195,6 +225,7 @@ class Lab:
         (self.dir / "logs").mkdir(exist_ok=True)
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
         self._client_key()
+        self._clear_previous_run()
         self.state = LabState(dir=str(self.dir), owner_pid=owner_pid)
         self.state.sglang_port = free_port("127.0.0.1")
         for name, address in (("train", o.train_address), ("serve", o.serve_address)):
@@ -224,9 +255,28 @@ class Lab:
         self.stop_trainer()
         for name in list(self.state.hosts):
             self.stop_sshd(name)
-        # anything still running from the lab's folders (a crashed run) is ended too
-        _kill_matching(str(self.dir))
+        # what a crashed run left behind: only processes marked as this lab's (never another
+        # lab's, even one whose folder name starts with this one's)
+        _kill_marked([str(self.root(name)) for name in ("train", "serve")])
+        self.state.started.clear()
+        self.state.save()
         self.say(f"lab down in {time.monotonic() - t0:.1f}s")
+
+    def _clear_previous_run(self) -> None:
+        """A fresh lab starts from a clean unit: no drop-in (a deploy's ``zz-specconsole-deploy.conf``
+        with an old ``--port``) or deploy work folder, no service status or journal, no training
+        log or pid file of an earlier run in this folder."""
+        unit, serve = self.unit_path, self.root("serve")
+        leftovers = [unit.parent / f"{unit.name}.d", serve / "run" / f"{unit.name}.status",
+                     serve / "var" / "log" / "journal", self.train_log, self.trainer_pid_file]
+        for path in leftovers:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+            else:
+                continue
+            self.say(f"removed {path} (left by an earlier run)")
 
     # -- keys ------------------------------------------------------------------------------------
     def _keygen(self, path: Path, comment: str) -> None:
@@ -293,6 +343,11 @@ class Lab:
                f"exec {py} -m specconsole.lab.sglang_sim \"$@\"\n", 0o755)
         _write(root / "bin" / "torchrun", f"#!/bin/sh\nexec {py} -m torch.distributed.run \"$@\"\n", 0o755)
 
+    def env(self, name: str) -> dict[str, str]:
+        """The environment of what the lab starts for host ``name``: its marker (the same
+        variable sshd's ``SetEnv`` gives every session) finds leftovers after a crash."""
+        return {**os.environ, LAB_ROOT_ENV: str(self.root(name))}
+
     def sshd_config(self, name: str) -> Path:
         return self.root(name) / "ssh" / "sshd_config"
 
@@ -306,18 +361,19 @@ class Lab:
         if check.returncode != 0:
             raise LabError(f"lab: sshd config {cfg} is invalid: {check.stderr.strip()}")
         # -D keeps sshd in the foreground of its own session, so its pid is ours to stop.
-        proc = subprocess.Popen([_sshd(), "-D", "-f", str(cfg), "-E", str(log)], start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_port(h.address, h.port, 10, f"sshd of {name}")
+        proc = _spawn([_sshd(), "-D", "-f", str(cfg), "-E", str(log)], env=self.env(name),
+                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         h.sshd_pid = proc.pid
+        self.state.remember(proc.pid)
         self.state.save()
+        _wait_port(h.address, h.port, 10, f"sshd of {name}")
         self.say(f"{name}: sshd listening on {h.address}:{h.port} (pid {proc.pid})")
         return proc.pid
 
     def stop_sshd(self, name: str) -> None:
         """Stop a host's sshd and every session it serves (the host 'goes away')."""
         h = self.state.hosts[name]
-        if h.sshd_pid and _alive(h.sshd_pid):
+        if h.sshd_pid and self.state.ours(h.sshd_pid):
             for pid in _descendants(h.sshd_pid):
                 _signal(pid, signal.SIGKILL)
             _signal(h.sshd_pid, signal.SIGKILL)
@@ -355,20 +411,21 @@ class Lab:
                 "--steps", str(o.trainer_steps), "--epochs", str(o.trainer_epochs),
                 "--steps-per-epoch", str(o.trainer_steps_per_epoch),
                 "--step-seconds", str(o.trainer_step_seconds)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        env = {**self.env("train"), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         out = open(self.root("train") / "logs" / "torchrun.out", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env, cwd=self.root("train"))
+        proc = _spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                      env=env, cwd=self.root("train"))
         out.close()
         self.trainer_pid_file.write_text(f"{proc.pid}\n")
         self.state.trainer_pid = proc.pid
+        self.state.remember(proc.pid)
         self.state.save()
         self.say(f"train: started torchrun --nproc_per_node=2 (launcher pid {proc.pid}), log {self.train_log}")
         return proc.pid
 
     def stop_trainer(self) -> None:
         pid = self.state.trainer_pid
-        if pid and _alive(pid):
+        if pid and self.state.ours(pid):
             tree = [pid, *_descendants(pid)]
             _signal(pid, signal.SIGTERM)
             if not _wait_dead(tree, 15):
@@ -442,7 +499,7 @@ class Lab:
         cmd = [str(self.root("serve") / "bin" / "systemctl"), *args]
         self.say(f"serve: $ systemctl {' '.join(args)}")
         t0 = time.monotonic()
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env("serve"))
         if check and res.returncode != 0:
             raise LabError(f"lab: `systemctl {' '.join(args)}` failed ({res.returncode}): {res.stderr.strip()[-300:]}")
         self.say(f"serve:   exit {res.returncode} in {time.monotonic() - t0:.1f}s")
@@ -598,18 +655,38 @@ def _wait_dead(pids: list[int], timeout: float) -> bool:
 
 
 #: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
-#: merely mentions the lab's folder).
+#: merely runs inside a lab host's SSH session).
 LAB_PROGRAMS = ("sshd", "specconsole.lab.", "torch.distributed.run", "agent.py", "systemctl3", "tail -")
 
 
-def _kill_matching(needle: str) -> None:
+def start_time(pid: int) -> int | None:
+    """A process's start time in clock ticks after boot (``/proc/PID/stat`` field 22), or None."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _spawn(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+    """Start a lab daemon in its own session and reap it when it exits, so that a long-lived
+    parent (``specconsole demo``, a test run) never keeps it as ``<defunct>``."""
+    proc = subprocess.Popen(argv, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    return proc  # type: ignore[no-any-return]
+
+
+def _kill_marked(roots: list[str]) -> None:
+    """SIGKILL the lab programs whose environment carries exactly one of ``roots`` as marker."""
     me = os.getpid()
+    marks = {f"{LAB_ROOT_ENV}={r}".encode() for r in roots}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == me:
             continue
         with contextlib.suppress(OSError):
+            if not marks & set((d / "environ").read_bytes().split(b"\0")):
+                continue
             cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            if needle in cmdline and any(p in cmdline for p in LAB_PROGRAMS) and "pytest" not in cmdline:
+            if any(p in cmdline for p in LAB_PROGRAMS) and "pytest" not in cmdline:
                 _signal(int(d.name), signal.SIGKILL)
 
 

@@ -35,6 +35,7 @@ from specconsole.errors import HostError, HostUnavailable
 from specconsole.hosts.local import STREAM_LINE_LIMIT
 from specconsole.samples import Sample, format_duration
 from specconsole.sources import Publish
+from specconsole.sources.job import JobWatch
 
 if TYPE_CHECKING:
     from specconsole.hosts.base import Host, StreamProcess
@@ -532,6 +533,9 @@ class TrainingProgress:
     recent_lines: tuple[str, ...] = ()
     stalled: bool = False
     error: str | None = None
+    #: from the job's processes (:mod:`specconsole.sources.job`): "running", "stopped" or
+    #: "unknown"; None until first checked
+    state: str | None = None
 
     @property
     def is_done(self) -> bool:
@@ -913,6 +917,7 @@ class TrainingSource:
         self._proc: StreamProcess | None = None
         self._oversized_seen = 0
         self.streams_started = 0
+        self.job = JobWatch(host, cfg.kill, interval_s)
 
     @property
     def command(self) -> list[str]:
@@ -924,7 +929,8 @@ class TrainingSource:
     async def run(self, publish: Publish[TrainingProgress]) -> None:
         """Tail and publish until cancelled (an error in ``publish`` ends it too)."""
         tasks = {asyncio.ensure_future(self._tail_forever()),
-                 asyncio.ensure_future(self._publisher(publish))}
+                 asyncio.ensure_future(self._publisher(publish)),
+                 asyncio.ensure_future(self.job.run(self._dirty.set))}
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -944,7 +950,7 @@ class TrainingSource:
             self._check_oversized()
             self._check_stderr()
             now = time.time()
-            publish(Sample(self.tracker.progress(now), at=now, interval=self.interval_s))
+            publish(Sample(self.job.apply(self.tracker.progress(now)), at=now, interval=self.interval_s))
             await asyncio.sleep(0.05)  # coalesce a burst of lines into one sample
 
     def _check_oversized(self) -> None:
@@ -996,6 +1002,8 @@ class TrainingSource:
                             self.tracker.skipped_line(time.time(), len(line))
                         else:
                             self.tracker.feed(line, time.time())
+                        if self.job.state == "stopped":
+                            self.job.poke()  # a (re)started job?
                         self._dirty.set()
                     self._check_oversized()
                     rc = await proc.wait()

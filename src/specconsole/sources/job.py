@@ -1,0 +1,114 @@
+"""Is the training job running? Its processes, found as ``kill-training`` finds them.
+
+A log alone cannot tell a stopped job from a slow one (the last tokens/s stays on screen until
+the stall warning, minutes later). :class:`JobWatch` checks the processes instead, cheaply: once
+the launcher is located (pid file, unit or pattern, as configured), each poll is one
+``ps -o pid=,stat= -p PIDS``; while nothing runs it locates again every few seconds, or at once
+when new log lines arrive (a restarted job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+from specconsole.actions.steps import Steps
+from specconsole.errors import HostError, SpecConsoleError
+
+if TYPE_CHECKING:
+    from specconsole.config import KillConfig
+    from specconsole.hosts.base import Host
+    from specconsole.sources.training import TrainingProgress
+
+JobState = Literal["running", "stopped", "unknown"]
+
+
+class JobWatch:
+    """Tracks whether the job's processes exist; ``state`` is None until the first check."""
+
+    #: While nothing runs, look for a (re)started job this often (and whenever poked).
+    RELOCATE_S = 5.0
+
+    def __init__(self, host: Host, kill: KillConfig, interval_s: float = 1.0) -> None:
+        self.host = host
+        self.kill = kill
+        self.interval_s = interval_s
+        self.state: JobState | None = None
+        self.detail = ""
+        self.pids: list[int] = []
+        self._poke = asyncio.Event()
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.kill.pid_file or self.kill.systemd_unit or self.kill.pattern)
+
+    def poke(self) -> None:
+        """Check now (new log lines, or a kill just ended)."""
+        self._poke.set()
+
+    def apply(self, progress: TrainingProgress) -> TrainingProgress:
+        """``progress`` with the job's state; a stopped job has no rate, ETA or stall."""
+        if self.state != "stopped":
+            return replace(progress, state=self.state)
+        at = f" at step {progress.step}" if progress.step is not None else ""
+        return replace(progress, state="stopped", tokens_per_s=None, steps_per_s=None, eta_s=None,
+                       eta_text=f"stopped{at}", stalled=False)
+
+    async def run(self, changed: Callable[[], None]) -> None:
+        """Check until cancelled; ``changed()`` after every check that changed the state."""
+        if not self.configured:
+            self._set("unknown", "no way to find the job: set training.kill.pid_file, systemd_unit or pattern",
+                      changed)
+            await asyncio.Event().wait()  # nothing to watch; the source's other tasks go on
+        steps = Steps("training-watch", lambda _e: None, host=self.host.name)
+        since_locate = self.RELOCATE_S
+        while True:
+            await self.host.wait_connected()
+            try:
+                if self.pids:
+                    left = await self._alive(self.pids)
+                    if left:
+                        self._set("running", f"pid(s) {', '.join(map(str, left))}", changed)
+                    else:
+                        self._set("stopped", f"no process of the job is left (pid(s) "
+                                             f"{', '.join(map(str, self.pids))} ended)", changed)
+                        self.pids = []
+                        since_locate = 0.0
+                elif since_locate >= self.RELOCATE_S or self._poke.is_set() or self.state is None:
+                    self._poke.clear()
+                    since_locate = 0.0
+                    self.pids = await self._locate(steps)
+                    if self.pids:
+                        self._set("running", f"pid(s) {', '.join(map(str, self.pids))}", changed)
+                    elif self.state != "stopped":
+                        self._set("stopped", self.detail or "no process of the job is running", changed)
+            except (HostError, OSError, TimeoutError) as err:
+                self._set("unknown", f"cannot check the job's processes: {err}", changed)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), self.interval_s)
+            since_locate += self.interval_s
+
+    async def _locate(self, steps: Steps) -> list[int]:
+        from specconsole.actions.kill import descendants, locate
+
+        try:
+            procs, launchers, _found_by, note, refused = await locate(self.host, self.kill, steps)
+        except SpecConsoleError as err:
+            self.detail = str(err)
+            return []
+        self.detail = refused or note
+        workers = [p.pid for p in descendants(procs, launchers) if not p.zombie]
+        return [*launchers, *workers]
+
+    async def _alive(self, pids: list[int]) -> list[int]:
+        from specconsole.actions.kill import alive_pids
+
+        return await alive_pids(self.host, pids)
+
+    def _set(self, state: JobState, detail: str, changed: Callable[[], None]) -> None:
+        if (state, detail) != (self.state, self.detail):
+            self.state, self.detail = state, detail
+            changed()
