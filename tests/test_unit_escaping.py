@@ -195,10 +195,14 @@ paths = st.lists(st.one_of(st.sampled_from(SPECIAL), st.text(printable_char, min
                  min_size=1, max_size=12).map(lambda parts: "/" + "".join(parts))
 
 
+words = st.lists(st.one_of(st.sampled_from([*SPECIAL, ";", "-", "--x=a b"]),
+                          st.text(printable_char, min_size=1, max_size=6)), min_size=1, max_size=3).map("".join)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(paths)
-def test_any_printable_path_round_trips_through_the_drop_in(path: str) -> None:
-    argv = argv_with(path)
+@given(paths, st.lists(words, max_size=4))
+def test_any_printable_path_round_trips_through_the_drop_in(path: str, extra: list[str]) -> None:
+    argv = argv_with(path) + extra
     text = write(argv)
     # nothing but the reset and the one command line: no injected directive
     assert [(s, k) for s, k, _ in unit_entries(text)] == [("Service", "ExecStart"), ("Service", "ExecStart")]
@@ -243,6 +247,10 @@ def test_dollar_and_semicolon_are_literal() -> None:
     assert systemd_argv(text, env={"HOME": "/root", "X": "y"}) == argv
     argv = [*argv_with("/d"), ";", "/bin/touch", "/tmp/pwned"]
     assert systemd_argv(write(argv)) == argv  # a ';' word is an argument, not a second command
+    assert reread(write(argv)) == argv
+    assert reread("[Service]\nExecStart=/bin/x \\; y\n") == ["/bin/x", ";", "y"]
+    with pytest.raises(UnitError, match="several commands"):
+        reread("[Service]\nExecStart=/bin/x ; /bin/y\n")
 
 
 def test_plain_words_stay_readable() -> None:

@@ -203,6 +203,13 @@ def split_words(value: str, name: str) -> list[str]:
             i += 1
         if i >= n:
             return words
+        end = i + (2 if value.startswith("\\;", i) else 1)
+        if value[i] in ";\\" and value[i:end] in (";", "\\;") and (end == n or value[end] in " \t\n\r"):
+            if value[i] == ";":  # systemd's command separator (unquoted, a word of its own)
+                raise UnitError(f"{name} holds several commands (a lone ';'); specconsole needs one")
+            words.append(";")  # "\;": a literal semicolon
+            i = end
+            continue
         word: list[str] = []
         quote = ""
         while i < n:
@@ -247,8 +254,6 @@ def expand_exec(value: str, env: dict[str, str], name: str) -> tuple[list[str], 
     while value[:1] in ("-", "@", "+", "!", ":"):
         value = value[1:]
     words = split_words(value, f"{name}: ExecStart")
-    if ";" in words[1:]:
-        raise UnitError(f"{name}: ExecStart holds several commands (a lone ';'); specconsole needs one")
     argv: list[str] = []
     for raw in words:
         word = _specifiers(raw, name)
