@@ -28,7 +28,16 @@ from typing import Any
 from specconsole.actions.rebase import BaseDrift, find_drift
 from specconsole.actions.sglang_flags import CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.actions.steps import Steps
-from specconsole.actions.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, quote_exec, show_word, unsafe_char
+from specconsole.actions.unit import (
+    SPECIFIER,
+    ServiceUnit,
+    UnitError,
+    check_unit_value,
+    dropin_text,
+    parse_unit,
+    quote_exec,
+    show_word,
+)
 from specconsole.config import HostConfig
 from specconsole.errors import HostUnavailable, SpecConsoleError
 from specconsole.hosts import Host
@@ -206,7 +215,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
                         f"the expanded flags explicitly")
 
     steps.begin("SGLang flags", "asking the installed SGLang which flags it has")
-    argv0 = Argv.parse(unit.exec_start, SglangCli())
+    argv0 = Argv.parse((base if request.rebase else unit).exec_start, SglangCli())
     if any(SPECIFIER in w for w in argv0.prefix):
         raise DeployRefused(f"{cfg.name}: the program in {unit_name}'s ExecStart "
                             f"({show_word(' '.join(argv0.prefix))}) uses a systemd % specifier; "
@@ -226,7 +235,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     if drift is not None:
         if not request.rebase:
             raise BaseUnitChanged(drift)
-        steps.warn(f"rebasing: {drift.line().split('; run ')[0]}")
+        steps.warn(f"rebasing: {drift.finding()}")
 
     def current(concept: str) -> str | None:
         n = names.get(concept)
@@ -349,11 +358,10 @@ def _typed(value: str | None) -> Any:
 
 def _check_value(what: str, value: str | None) -> None:
     """Refuse a value that would reach the unit file with a control or line-break character."""
-    bad = unsafe_char(value or "")
-    if bad:
-        raise DeployRefused(f"{what} {value!r} holds the control character U+{ord(bad[1]):04X} at position "
-                            f"{bad[0]}; systemd unit files cannot carry it safely: use a value without control "
-                            f"or line-break characters")
+    try:
+        check_unit_value(value or "", what)
+    except UnitError as err:
+        raise DeployRefused(str(err)) from None
 
 
 def _show(value: str | None) -> str:

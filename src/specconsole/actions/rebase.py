@@ -34,11 +34,15 @@ class BaseDrift:
         more = len(self.shadowed) - 4
         return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
 
-    def line(self) -> str:
-        """One line naming both files, what differs and the fix."""
+    def finding(self) -> str:
+        """What happened, naming both files and what differs."""
         return (f"{self.unit}: the base unit {self.base_file} changed since specconsole's drop-in {self.dropin} "
-                f"was written, and the drop-in shadows it ({self.summary()}); run `specconsole deploy --rebase` "
-                f"to build the new ExecStart from the current base unit (or delete the drop-in and daemon-reload)")
+                f"was written, and the drop-in shadows it ({self.summary()})")
+
+    def line(self) -> str:
+        """The finding and the fix, in one line."""
+        return (f"{self.finding()}; run `specconsole deploy --rebase` to build the new ExecStart from the "
+                f"current base unit (or delete the drop-in and daemon-reload)")
 
 
 def _val(value: str | None) -> str:

@@ -49,9 +49,10 @@ def unsafe_char(value: str) -> tuple[int, str] | None:
     return None
 
 
-def check_unit_value(value: str, what: str) -> None:
-    """Raise a one-line UnitError when ``value`` holds a control or line-break character."""
-    bad = unsafe_char(re.sub(f"{SPECIFIER}[A-Za-z]", "", value))
+def check_unit_value(value: str, what: str, *, specifiers: bool = False) -> None:
+    """Raise a one-line UnitError when ``value`` holds a control or line-break character
+    (``specifiers``: allow the :data:`SPECIFIER` marks of words read from a unit)."""
+    bad = unsafe_char(re.sub(f"{SPECIFIER}[A-Za-z]", "", value) if specifiers else value)
     if bad:
         i, ch = bad
         raise UnitError(f"{what} {value!r} holds the control character U+{ord(ch):04X} at position {i}; "
@@ -327,7 +328,7 @@ def sd_quote(word: str) -> str:
     becomes ``$$``; a specifier read from the unit (:data:`SPECIFIER`) is written back as one.
     Control and line-break characters are refused (:func:`check_unit_value`).
     """
-    check_unit_value(word, "ExecStart argument")
+    check_unit_value(word, "ExecStart argument", specifiers=True)
     if _PLAIN.fullmatch(word):
         return word
     text = (word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
