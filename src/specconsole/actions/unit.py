@@ -94,10 +94,17 @@ class ServiceUnit:
         return next((f.text for f in self.files if f.path == path), None)
 
 
+def _lines(text: str) -> list[str]:
+    """Lines as systemd reads them: a line ends at LF, CR, CR LF or NUL (not at VT, FF, NEL or
+    U+2028, where Python's ``splitlines`` would also split)."""
+    lines = re.split(r"\r\n|[\r\n\0]", text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def split_cat(output: str) -> list[tuple[str, str]]:
     """``systemctl cat`` output -> [(path, text)]."""
     files: list[tuple[str, list[str]]] = []
-    for line in output.splitlines():
+    for line in _lines(output):
         if line.startswith("# /"):  # systemd's header before each file
             files.append((line[2:].strip(), []))
             continue
@@ -116,7 +123,7 @@ def parse_entries(text: str) -> list[tuple[str, str, str]]:
     entries: list[tuple[str, str, str]] = []
     section = ""
     pending = ""
-    for raw in text.splitlines():
+    for raw in _lines(text):
         line = raw.rstrip()
         if pending:
             if line.lstrip().startswith(("#", ";")):
@@ -158,7 +165,7 @@ def parse_env_assignments(value: str) -> dict[str, str]:
 
 def parse_env_file(text: str) -> dict[str, str]:
     out = {}
-    for line in text.splitlines():
+    for line in _lines(text):
         line = line.strip()
         if not line or line.startswith(("#", ";")) or "=" not in line:
             continue
