@@ -176,7 +176,8 @@ async def _deploy(args: argparse.Namespace) -> int:
     events = EventLog(config.console.audit_log)
     steps = Steps("deploy", _step_printer(events))
     request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
-                            draft_model=args.draft_model, health_timeout_s=args.health_timeout)
+                            draft_model=args.draft_model, health_timeout_s=args.health_timeout,
+                            rebase=args.rebase)
     cfg, host = await _connected_host(config, args.host, "serve", steps)
     try:
         plan = await preflight(host, cfg, request, steps)
@@ -349,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--draft-model", metavar="PATH", help="draft model path on the host (default: config)")
     dp.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health (600)")
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
+    dp.add_argument("--rebase", action="store_true",
+                    help="build ExecStart from the current base unit (after it changed under the drop-in)")
     dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     dp.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3) unless --dry-run: read-only mode changes no host")

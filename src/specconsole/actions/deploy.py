@@ -25,9 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specconsole.actions.rebase import BaseDrift, find_drift
 from specconsole.actions.sglang_flags import CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.actions.steps import Steps
-from specconsole.actions.unit import ServiceUnit, dropin_text, parse_unit, quote_exec
+from specconsole.actions.unit import (
+    SPECIFIER,
+    ServiceUnit,
+    UnitError,
+    check_unit_value,
+    dropin_text,
+    parse_unit,
+    quote_exec,
+    show_word,
+)
 from specconsole.config import HostConfig
 from specconsole.errors import HostUnavailable, SpecConsoleError
 from specconsole.hosts import Host
@@ -42,6 +52,15 @@ class DeployRefused(SpecConsoleError):
     exit_code = 2
 
 
+class BaseUnitChanged(DeployRefused):
+    """The base unit changed under the deploy drop-in; ``drift`` says how. Rebase to go on
+    (``DeployRequest(rebase=True)``, ``specconsole deploy --rebase``)."""
+
+    def __init__(self, drift: BaseDrift) -> None:
+        super().__init__(drift.line())
+        self.drift = drift
+
+
 @dataclass(frozen=True)
 class DeployRequest:
     """What the operator asked for; ``None`` keeps the current value. Values are raw input."""
@@ -52,6 +71,9 @@ class DeployRequest:
     draft_model: str | None = None
     health_timeout_s: float = 600.0
     smoke_tokens: int = 64
+    #: Build the new ExecStart from the current base unit (without the deploy drop-in) instead
+    #: of the drop-in's; needed when the base unit changed since the drop-in was written.
+    rebase: bool = False
 
 
 @dataclass
@@ -74,6 +96,8 @@ class DeployPlan:
     gpu_lines: list[str] = field(default_factory=list)
     health_timeout_s: float = 600.0
     smoke_tokens: int = 64
+    #: Set when this plan rebases: how the base unit had drifted from the old drop-in.
+    rebased: BaseDrift | None = None
     id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
 
     @property
@@ -110,6 +134,9 @@ class DeployPlan:
             mark = "" if cur == new else "   *"
             lines.append(f"  {concept:16} {flag:38} {_show(cur):>12} -> {_show(new)}{mark}")
         lines.append(f"  unit: {self.unit.main_path}; effective ExecStart from {self.unit.exec_start_file}")
+        if self.rebased is not None:
+            lines.append(f"  rebase: ExecStart rebuilt from {self.rebased.base_file} "
+                         f"({self.rebased.summary()}); the base unit's values win")
         lines.append(f"  change: drop-in {self.unit.deploy_dropin}")
         lines += ["    " + ln for ln in self.diff()] or ["    (no change)"]
         lines.append(f"  restarts: {self.unit.name} (every request in flight is dropped); expected downtime: "
@@ -163,6 +190,8 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     window_in = _positive_int(request.draft_window, "the draft window", "--speculative-draft-window-size")
     block_in = _positive_int(request.block_size, "the block size", "--speculative-dflash-block-size")
     algo_in = request.algorithm.upper() if request.algorithm else None
+    for what, raw in (("--draft-model", request.draft_model), ("--algorithm", request.algorithm)):
+        _check_value(what, raw)
 
     steps.begin("read the unit", f"reading {unit_name}")
     cat = await steps.run(host, ["systemctl", "cat", unit_name])
@@ -177,6 +206,8 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
             raise DeployRefused(f"{cfg.name}: EnvironmentFile {env_file} of {unit_name} cannot be read")
         env_texts[env_file.lstrip("-")] = text or ""
     unit = parse_unit(unit_name, cat.stdout, env_texts) if env_texts else first
+    base = (parse_unit(unit_name, cat.stdout, env_texts, exclude=(unit.deploy_dropin,))
+            if unit.file_text(unit.deploy_dropin) is not None and len(unit.files) > 1 else unit)
     steps.info(f"{len(unit.files)} file(s); ExecStart ({len(unit.exec_start)} words) from {unit.exec_start_file}")
     warnings: list[str] = []
     if unit.expanded_vars:
@@ -184,7 +215,11 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
                         f"the expanded flags explicitly")
 
     steps.begin("SGLang flags", "asking the installed SGLang which flags it has")
-    argv0 = Argv.parse(unit.exec_start, SglangCli())
+    argv0 = Argv.parse((base if request.rebase else unit).exec_start, SglangCli())
+    if any(SPECIFIER in w for w in argv0.prefix):
+        raise DeployRefused(f"{cfg.name}: the program in {unit_name}'s ExecStart "
+                            f"({show_word(' '.join(argv0.prefix))}) uses a systemd % specifier; "
+                            f"write the path out in the unit so the console can run its --help")
     help_res = await steps.run(host, help_command(argv0.prefix), timeout=180,
                                summary=lambda r: f"{r.stdout.count(chr(10))} lines of --help")
     cli = SglangCli.from_help(help_res.stdout + "\n" + help_res.stderr)
@@ -196,6 +231,11 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     flag_names = {c: n for c, n in names.items() if n}
     steps.info("flag names: " + ", ".join(f"{c} {n}" for c, n in flag_names.items()))
     args = Argv.parse(unit.exec_start, cli)
+    drift = find_drift(unit, base, cli) if base is not unit else None
+    if drift is not None:
+        if not request.rebase:
+            raise BaseUnitChanged(drift)
+        steps.warn(f"rebasing: {drift.finding()}")
 
     def current(concept: str) -> str | None:
         n = names.get(concept)
@@ -217,6 +257,10 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     if algo == "DFLASH":
         steps.begin("draft model", "reading the draft model's config.json")
         draft = request.draft_model or cur["draft_model"] or cfg.sglang.draft_model_path
+        if draft and SPECIFIER in draft:
+            raise DeployRefused(f"the draft model path {show_word(draft)} in {unit_name} uses a systemd % "
+                                f"specifier the console cannot resolve; pass --draft-model with the path written out")
+        _check_value("the draft model path", draft)
         if not draft:
             raise DeployRefused("DFLASH needs a draft model: SGLang requires --speculative-draft-model-path; "
                                 "pass --draft-model PATH or set sglang.draft_model_path")
@@ -266,13 +310,15 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         if request.draft_model:
             new["draft_model"] = request.draft_model
 
+    if request.rebase:  # the current base unit, plus the settings asked for (or kept)
+        args = Argv.parse(base.exec_start, cli)
     for concept, value in new.items():
         n = names.get(concept)
         if not n:
             continue
         if value is None:
             args.remove(cli.aliases(n))
-        elif value != cur.get(concept) or args.get(cli.aliases(n)) is None:
+        elif args.get(cli.aliases(n)) != value:
             args.set(n, value, cli.aliases(n))
     new_argv = args.argv()
 
@@ -282,12 +328,16 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         host=cfg.name, unit=unit, cli=cli, version=version, old_argv=unit.exec_start, new_argv=new_argv,
         current=cur, new=new, flag_names=flag_names, old_dropin=unit.file_text(unit.deploy_dropin),
         new_dropin="", expect={}, base_url=cfg.sglang.base_url, draft_config=draft_cfg, warnings=warnings,
-        gpu_lines=gpu_lines, health_timeout_s=request.health_timeout_s, smoke_tokens=request.smoke_tokens)
+        gpu_lines=gpu_lines, health_timeout_s=request.health_timeout_s, smoke_tokens=request.smoke_tokens,
+        rebased=drift)
     holder = await _lock_holder(host, plan, steps)
     if holder:
         raise DeployRefused(f"another deploy is running on {cfg.name}: {holder}; wait for it or check "
                             f"{plan.lock_path}")
-    plan.new_dropin = dropin_text(new_argv, f"deploy {plan.id}: {plan.summary()}")
+    try:
+        plan.new_dropin = dropin_text(new_argv, f"deploy {plan.id}: {show_word(plan.summary())}", base)
+    except SpecConsoleError as err:  # a value from the unit itself that no unit file can carry
+        raise DeployRefused(f"{cfg.name}: {err}") from None
     plan.expect = {SERVER_INFO_KEYS[c]: _typed(new[c]) for c in SERVER_INFO_KEYS
                    if new.get(c) is not None and c in names and names[c]}
     if algo == "DFLASH" and new.get("block_size"):
@@ -306,11 +356,20 @@ def _typed(value: str | None) -> Any:
     return int(value) if value is not None and value.isdigit() else value
 
 
+def _check_value(what: str, value: str | None) -> None:
+    """Refuse a value that would reach the unit file with a control or line-break character."""
+    try:
+        check_unit_value(value or "", what)
+    except UnitError as err:
+        raise DeployRefused(str(err)) from None
+
+
 def _show(value: str | None) -> str:
     if value is None:
         return "-"
     if value == "":
         return "on"
+    value = show_word(value)
     return value if len(value) <= 28 else "…" + value[-27:]
 
 

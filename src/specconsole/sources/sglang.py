@@ -235,7 +235,16 @@ class SglangClient:
         url = f"{self.display_url}{path}"
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return await self._http.request(method, path, timeout=timeout, **kwargs)
+            # httpx's timeout bounds each read, not the request: a server that drips a byte at a
+            # time would never time out. The whole request, body included, gets one deadline.
+            async with asyncio.timeout(timeout):
+                return await self._http.request(method, path, timeout=timeout, **kwargs)
+        except TimeoutError:
+            raise SglangError(
+                "timeout",
+                f"SGLang at {url} did not answer within {timeout:g} s (total deadline, body included) — "
+                f"is the server overloaded or stuck? check `journalctl -u {self.unit}`",
+            ) from None
         except httpx.ConnectError as exc:
             if _refused(exc):
                 raise SglangError(
@@ -248,8 +257,8 @@ class SglangClient:
         except httpx.TimeoutException:
             raise SglangError(
                 "timeout",
-                f"{url} did not answer within {timeout:g} s — is the server overloaded or "
-                "stuck? check `journalctl -u " + self.unit + "`",
+                f"SGLang at {url} did not answer within {timeout:g} s — is the server overloaded or "
+                f"stuck? check `journalctl -u {self.unit}`",
             ) from None
         except httpx.RemoteProtocolError as exc:
             raise SglangError("disconnected", f"{url} closed the connection without answering "
