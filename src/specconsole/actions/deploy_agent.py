@@ -406,7 +406,7 @@ def http_request(url: str, body: dict[str, Any] | None = None, timeout: float = 
                          headers={"Content-Type": "application/json"} if data is not None else {})
             r = conn.getresponse()
             out.append((r.status, r.read().decode("utf-8", "replace")))
-        except (OSError, http.client.HTTPException, ValueError) as err:
+        except Exception as err:
             out.append((0, f"no answer ({err or type(err).__name__})"))
 
     worker = threading.Thread(target=work, daemon=True)
