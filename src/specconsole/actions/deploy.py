@@ -401,15 +401,20 @@ def _agent_python(plan: DeployPlan) -> str:
 def _launch_command(plan: DeployPlan) -> str:
     """Start the agent unless this deploy's agent already runs or ran (safe to repeat after a
     dropped connection: the progress file and ``agent.pid`` say which). Only the agent goes to
-    the background, with every fd redirected, so this returns at once and the agent outlives
-    the SSH session; the agent itself also refuses to run twice for one deploy (flock)."""
+    the background, with every fd redirected, so it outlives the SSH session; the command
+    returns once the agent wrote its first event (at most 10 s), or says it exited at once.
+    The agent itself also refuses to run twice for one deploy (flock)."""
     py = shlex.quote(_agent_python(plan))
     return (f"cd {shlex.quote(plan.workdir)} && "
             f"if [ -s agent.pid ] && kill -0 \"$(cat agent.pid)\" 2>/dev/null; then "
             f"echo \"agent already running as pid $(cat agent.pid)\"; "
             f"elif [ -s progress.jsonl ]; then echo 'agent already ran'; "
             f"else {{ setsid nohup {py} agent.py plan.json progress.jsonl > agent.out 2>&1 < /dev/null & "
-            f"echo $! > agent.pid; echo \"agent started as pid $(cat agent.pid)\"; }}; fi")
+            f"echo $! > agent.pid; i=0; while [ ! -s progress.jsonl ] && [ $i -lt 100 ] && kill -0 $! 2>/dev/null; "
+            f"do sleep 0.1; i=$((i+1)); done; "
+            f"if [ -s progress.jsonl ]; then echo \"agent started as pid $(cat agent.pid)\"; "
+            f"elif kill -0 $! 2>/dev/null; then echo \"agent starting as pid $(cat agent.pid)\"; "
+            f"else echo \"agent pid $(cat agent.pid) has not written an event yet (see agent.out)\"; fi; }}; fi")
 
 
 async def execute(host: Host, plan: DeployPlan, steps: Steps, operator: str = "") -> DeployOutcome:
