@@ -70,8 +70,9 @@ class Agent:
         event = {"seq": self.seq, "t": round(time.monotonic() - self.t0, 3), "at": time.time(),
                  "kind": kind, "step": self.step, "message": message, **extra}
         self.progress.write(json.dumps(event) + "\n")
-        self.progress.flush()
-        os.fsync(self.progress.fileno())
+        self.progress.flush()   # readers see it at once; only the outcome waits for the disk
+        if kind == "final":
+            os.fsync(self.progress.fileno())
 
     def begin(self, step: str, message: str | None = None) -> None:
         self.step = step
@@ -526,6 +527,7 @@ class UnitWatch:
         self.after_restart = True
         self.restarted_at = time.monotonic()
         self.base = {}
+        self.state = {}   # what was seen while it restarted says nothing about the new process
 
     def crashed(self) -> str | None:
         self._refresh()
