@@ -140,6 +140,9 @@ async def test_dropped_connection_at_each_step_reattaches(drop_lab: Lab, where: 
     assert outcome.exit_code == 0
     if wrapper:
         assert (Path(wrapper).parent / "dropped").exists()
+        # the launch's status never came; after reconnecting the start found the running agent
+        assert any(e.kind == "result" and e.message.startswith("exit status unknown") for e in events), lines
+        assert any("agent already" in e.message for e in events if e.kind == "result"), lines
     else:
         assert dropped and dropped[0] > 0
     _assert_clear(events)
