@@ -436,7 +436,6 @@ class Lab:
             f"Environment=PATH={serve_bin}:/usr/local/bin:/usr/bin:/bin",
             f"ExecStart={exec_start}",
             f"Restart={o.sglang_restart}",
-            *(["RestartSec=1"] if o.sglang_restart != "no" else []),
             "TimeoutStopSec=20",
             "",
             "[Install]",

@@ -15,8 +15,9 @@ docker-systemctl-replacement honours ``Restart=`` only when it runs as the conta
 that does what systemd does: it is the service's parent (a child subreaper), sees its real
 exit status, writes systemd's journal lines (``UNIT: Main process exited, code=exited,
 status=1/FAILURE``, ``Failed with result 'exit-code'``, ``Scheduled restart job, restart
-counter is at N``), restarts it after ``RestartSec`` (at most 5 times in 10 s, then
-``Start request repeated too quickly``) and counts ``NRestarts``.
+counter is at N``), shows the unit as ``activating``/``auto-restart`` until it restarts it
+after ``RestartSec`` (at most 5 times in 10 s, then ``Start request repeated too quickly``)
+and counts ``NRestarts``.
 
 ``journalctl -f -n 0`` follows only new lines, as systemd's does (journalctl3 shows 10 old
 lines for ``-n 0``).
@@ -85,15 +86,20 @@ def show(root: Path, args: list[str]) -> int | None:
         elif not a.startswith("-"):
             units.append(a)
         i += 1
-    if len(units) == 1 and "NRestarts" in props:
-        rest_props = [p for p in props if p != "NRestarts"]
+    restarting = len(units) == 1 and _auto_restart_file(root, units[0]).exists()
+    if len(units) == 1 and ("NRestarts" in props or (restarting and {"ActiveState", "SubState"} & set(props))):
+        ours = {"NRestarts": str(nrestarts(root, units[0]))}
+        if restarting:   # between a crash and its automatic restart, as systemd shows it
+            ours.update(ActiveState="activating", SubState="auto-restart")
+        rest_props = [p for p in props if p not in ours]
         if rest_props:
             res = subprocess.run([systemctl3_of(args), f"--root={root}", "show", units[0],
                                   *(f"--property={p}" for p in rest_props), *(["--value"] if value_only else [])],
                                  capture_output=True, text=True)
             print(res.stdout, end="")
-        n = nrestarts(root, units[0])
-        print(n if value_only else f"NRestarts={n}")
+        for p in props:
+            if p in ours:
+                print(ours[p] if value_only else f"{p}={ours[p]}")
         return 0
     if not props or not set(props) <= {"FragmentPath", "DropInPaths"} or len(units) != 1:
         return None
@@ -132,6 +138,11 @@ def service_setting(root: Path, unit: str, key: str, default: str) -> str:
 
 def _state_file(root: Path, unit: str) -> Path:
     return root / "run" / f"{_unit_name(unit)}.nrestarts"
+
+
+def _auto_restart_file(root: Path, unit: str) -> Path:
+    """Present while the supervisor is between a crash and the automatic restart."""
+    return root / "run" / f"{_unit_name(unit)}.auto-restart"
 
 
 def nrestarts(root: Path, unit: str) -> int:
@@ -185,22 +196,29 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
         if clean:
             journal(root, unit, "Deactivated successfully.")
             continue
-        journal(root, unit, f"Main process exited, {what}")
-        journal(root, unit, f"Failed with result '{result}'.")
-        if policy not in ("on-failure", "always", "on-abnormal") or not unit_files(root, unit):
-            continue
-        time.sleep(delay)
-        state = subprocess.run([systemctl3, f"--root={root}", "is-active", unit], capture_output=True, text=True)
-        if state.stdout.strip() == "active":
-            continue                    # someone started it meanwhile (e.g. a rollback)
-        starts = [t for t in starts if time.monotonic() - t < 10] + [time.monotonic()]
-        if len(starts) > 5:
-            journal(root, unit, "Start request repeated too quickly.")
-            continue
-        n = nrestarts(root, unit) + 1
-        _state_file(root, unit).write_text(f"{n}\n")
-        journal(root, unit, f"Scheduled restart job, restart counter is at {n}.")
-        subprocess.call([systemctl3, f"--root={root}", "start", unit])
+        will_restart = policy in ("on-failure", "always", "on-abnormal") and bool(unit_files(root, unit))
+        marker = _auto_restart_file(root, unit)
+        if will_restart:
+            marker.touch()
+        try:
+            journal(root, unit, f"Main process exited, {what}")
+            journal(root, unit, f"Failed with result '{result}'.")
+            if not will_restart:
+                continue
+            time.sleep(delay)
+            state = subprocess.run([systemctl3, f"--root={root}", "is-active", unit], capture_output=True, text=True)
+            if state.stdout.strip() == "active":
+                continue                    # someone started it meanwhile (e.g. a rollback)
+            starts = [t for t in starts if time.monotonic() - t < 10] + [time.monotonic()]
+            if len(starts) > 5:
+                journal(root, unit, "Start request repeated too quickly.")
+                continue
+            n = nrestarts(root, unit) + 1
+            _state_file(root, unit).write_text(f"{n}\n")
+            journal(root, unit, f"Scheduled restart job, restart counter is at {n}.")
+            subprocess.call([systemctl3, f"--root={root}", "start", unit])
+        finally:
+            marker.unlink(missing_ok=True)
 
 
 def journalctl(root: Path, journalctl3: str, args: list[str]) -> int:
@@ -231,6 +249,11 @@ def main(argv: list[str]) -> int:
         if len(units) == 1 and unit_files(root, units[0]) and \
                 service_setting(root, units[0], "Restart", "no") in ("on-failure", "always", "on-abnormal"):
             return supervise(root, systemctl3, args, units[0])
+    if verb == "is-active":
+        units = [a for a in args[args.index(verb) + 1:] if not a.startswith("-")]
+        if len(units) == 1 and _auto_restart_file(root, units[0]).exists():
+            print("activating")
+            return 3
     if verb == "cat":
         return cat(root, [a for a in args[args.index("cat") + 1:] if not a.startswith("-")])
     if verb == "show":
