@@ -275,7 +275,10 @@ class Lab:
             "MaxStartups 64",
             "LogLevel VERBOSE",  # one "Starting session" line per remote command (bench counts them)
             f"PidFile {root / 'run' / 'sshd.pid'}",
-            f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}"',
+            # PYENV_REHASH_TIMEOUT: a login shell whose rc runs `pyenv init` (a pyenv user's
+            # machine) must not queue each lab command behind pyenv's global rehash lock
+            f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}" '
+            f'PYENV_REHASH_TIMEOUT=1',
             "",
         ]))
         py = shlex.quote(sys.executable)
