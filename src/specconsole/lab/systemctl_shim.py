@@ -155,8 +155,10 @@ def journal(root: Path, unit: str, line: str) -> None:
     """Append a systemd-style line to the unit's journal (docker-systemctl-replacement's log)."""
     log = root / "var" / "log" / "journal" / f"{_unit_name(unit)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
     with log.open("a") as f:
-        f.write(f"{_unit_name(unit)}: {line}\n")
+        f.write(f"[{stamp}] {_unit_name(unit)}: {line}\n")
 
 
 def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
