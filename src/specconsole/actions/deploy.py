@@ -16,12 +16,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import json
 import re
 import secrets
 import shlex
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -480,39 +482,56 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> D
     while True:
         try:
             async with host.stream(["tail", "-n", "+1", "-F", progress]) as stream:
-                lines = stream.lines().__aiter__()
-                while True:
-                    try:
-                        line = await asyncio.wait_for(lines.__anext__(), HEARTBEAT_EVERY_S)
-                    except TimeoutError:
-                        quiet = time.monotonic() - last
-                        steps.emit("heartbeat", f"waiting for the deploy agent on {host.name}: no event for "
-                                   f"{quiet:.1f}s; last: {_short(last_msg)}")
-                        if quiet > AGENT_SILENT_S:
-                            crashed = await _agent_gone(host, plan)
-                            if crashed is not None:
-                                steps.failed(crashed)
-                                return DeployOutcome("crashed", crashed, events)
-                            last = time.monotonic()
-                        continue
-                    except StopAsyncIteration:
-                        break
-                    try:
-                        ev = json.loads(line)
-                    except ValueError:
-                        continue
-                    if ev.get("seq", 0) <= seen:
-                        continue
-                    seen = ev["seq"]
-                    last, last_msg = time.monotonic(), str(ev.get("message", ""))
-                    events.append(ev)
-                    _relay(steps, ev, host.name)
-                    if ev.get("kind") == "final":
-                        return DeployOutcome(ev.get("outcome", "crashed"), ev.get("message", ""), events)
+                lines: asyncio.Queue[str | None] = asyncio.Queue()
+                reader = asyncio.create_task(_pump(stream.lines(), lines))
+                try:
+                    while True:
+                        try:
+                            line = await asyncio.wait_for(lines.get(), HEARTBEAT_EVERY_S)
+                        except TimeoutError:
+                            quiet = time.monotonic() - last
+                            steps.emit("heartbeat", f"waiting for the deploy agent on {host.name}: no event for "
+                                       f"{quiet:.1f}s; last: {_short(last_msg)}")
+                            if quiet > AGENT_SILENT_S:
+                                crashed = await _agent_gone(host, plan)
+                                if crashed is not None:
+                                    steps.failed(crashed)
+                                    return DeployOutcome("crashed", crashed, events)
+                                last = time.monotonic()
+                            continue
+                        if line is None:
+                            break
+                        try:
+                            ev = json.loads(line)
+                        except ValueError:
+                            continue
+                        if ev.get("seq", 0) <= seen:
+                            continue
+                        seen = ev["seq"]
+                        last, last_msg = time.monotonic(), str(ev.get("message", ""))
+                        events.append(ev)
+                        _relay(steps, ev, host.name)
+                        if ev.get("kind") == "final":
+                            return DeployOutcome(ev.get("outcome", "crashed"), ev.get("message", ""), events)
+                finally:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await reader
+                if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                    raise reader.exception()  # type: ignore[misc]
             raise HostUnavailable(f"{host.name}: the progress stream ended")
         except HostUnavailable as err:
             await _reconnect(host, steps, _one_line(err), f"following its progress after event {seen}")
             last = time.monotonic()
+
+
+async def _pump(lines: AsyncIterator[str], out: asyncio.Queue[str | None]) -> None:
+    """Move a stream's lines into a queue (None at its end), so waiting on it can time out."""
+    try:
+        async for line in lines:
+            out.put_nowait(line)
+    finally:
+        out.put_nowait(None)
 
 
 async def _agent_gone(host: Host, plan: DeployPlan) -> str | None:
