@@ -78,31 +78,27 @@ class Agent:
         self.step = step
         self.emit("step", message or step)
 
-    def sh(self, argv: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-        import shlex
-
-        line = shlex.join(argv)
-        self.emit("command", line, command=line)
-        t = time.monotonic()
-        try:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise Failed(f"`{line}` did not finish within {timeout:g}s") from None
-        except FileNotFoundError:
-            raise Failed(f"`{argv[0]}` not found on this host") from None
-        took = time.monotonic() - t
-        out = (res.stdout.strip() or res.stderr.strip()).splitlines()
-        first = f": {out[0][:120]}" if out else ""
-        self.emit("result", f"exit {res.returncode} in {took:.2f}s{first}", command=line,
-                  exit_status=res.returncode, took_s=round(took, 3))
-        if check and res.returncode != 0:
-            raise Failed(f"`{line}` exited {res.returncode}: "
-                         f"{tail_text((res.stderr or res.stdout).strip(), ERROR_TAIL_CHARS)}")
-        return res
+    def sh(self, argv: list[str], timeout: float = 120) -> None:
+        """Run a command, with a heartbeat naming it while it runs (no journal)."""
+        self.sh_watched(argv, None, timeout)
 
     # -- HTTP ----------------------------------------------------------------------------
     def http(self, url: str, body: dict[str, Any] | None = None, timeout: float = 5) -> tuple[int, str]:
         return http_request(url, body, timeout)
+
+    def waiting(self, what: str, fn: Any) -> Any:
+        """``fn()`` in a thread, with a heartbeat naming ``what`` every HEARTBEAT_S meanwhile."""
+        out: list[Any] = []
+        worker = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+        t = time.monotonic()
+        worker.start()
+        while worker.is_alive():
+            worker.join(HEARTBEAT_S)
+            if worker.is_alive():
+                self.emit("heartbeat", f"{what}: waiting for {time.monotonic() - t:.1f}s")
+        if not out:
+            raise Failed(f"{what} failed")
+        return out[0]
 
     def journal_tail(self, lines: int) -> list[str]:
         with contextlib.suppress(Exception):
@@ -116,11 +112,13 @@ class Agent:
         for line in watch.journal_lines():
             self.emit("info", f"journal: {line[-160:]}", journal=True)
 
-    def heartbeat(self, watch: UnitWatch, what: str, started: float, seen: str = "") -> None:
-        self.emit("heartbeat", f"{what} for {time.monotonic() - started:.1f}s; {seen}{watch.describe()}")
+    def heartbeat(self, watch: UnitWatch | None, what: str, started: float, seen: str = "") -> None:
+        state = watch.describe() if watch is not None else "no output yet"
+        self.emit("heartbeat", f"{what} for {time.monotonic() - started:.1f}s; {seen}{state}")
 
-    def sh_watched(self, argv: list[str], watch: UnitWatch, timeout: float) -> None:
-        """Run a slow command (``systemctl restart``), streaming the journal with heartbeats."""
+    def sh_watched(self, argv: list[str], watch: UnitWatch | None, timeout: float) -> None:
+        """Run a command with a heartbeat every HEARTBEAT_S while it runs; with a ``watch``
+        (``systemctl restart``), the unit's journal lines are streamed meanwhile."""
         import shlex
 
         line = shlex.join(argv)
@@ -137,7 +135,8 @@ class Agent:
         next_beat = t + HEARTBEAT_S
         while reader.is_alive():
             reader.join(0.1)
-            self.relay_journal(watch)
+            if watch is not None:
+                self.relay_journal(watch)
             now = time.monotonic()
             if now - t > timeout:
                 proc.kill()
@@ -146,7 +145,8 @@ class Agent:
             if now >= next_beat and reader.is_alive():
                 self.heartbeat(watch, f"`{line}` running", t)
                 next_beat = now + HEARTBEAT_S
-        self.relay_journal(watch)
+        if watch is not None:
+            self.relay_journal(watch)
         took = time.monotonic() - t
         stdout, stderr = [*outs, "", ""][:2]
         out = ((stdout or "").strip() or (stderr or "").strip()).splitlines()
@@ -251,7 +251,8 @@ class Agent:
                           f"(keeping the last {KEEP_WORKDIRS})")
 
     def verify(self) -> None:
-        status, text = self.http(self.plan["server_info_url"])
+        url = self.plan["server_info_url"]
+        status, text = self.waiting(f"GET {url}", lambda: self.http(url))
         if status != 200:
             raise Failed(f"/server_info answered {status or text}")
         info = json.loads(text)
@@ -269,9 +270,9 @@ class Agent:
     def smoke(self) -> None:
         s = self.plan["smoke"]
         t = time.monotonic()
-        status, text = self.http(self.plan["generate_url"], {
-            "text": s["text"], "sampling_params": {"max_new_tokens": s["max_new_tokens"], "temperature": 0}},
-            timeout=s.get("timeout_s", 60))
+        body = {"text": s["text"], "sampling_params": {"max_new_tokens": s["max_new_tokens"], "temperature": 0}}
+        status, text = self.waiting(f"POST {self.plan['generate_url']} ({s['max_new_tokens']} tokens)",
+                                    lambda: self.http(self.plan["generate_url"], body, timeout=s.get("timeout_s", 60)))
         took = time.monotonic() - t
         if status != 200:
             raise Failed(f"smoke generation answered {status or text}: {text[:200]}")
@@ -287,7 +288,7 @@ class Agent:
 
     def rollback(self, reason: str, existed: bool) -> int:
         p = self.plan
-        journal = self.journal_tail(12)
+        journal = self.waiting(f"journalctl -u {p['unit']} -n 12", lambda: self.journal_tail(12))
         self.begin("roll back", f"deploy failed ({reason}); restoring the previous config")
         for line in journal:
             self.emit("info", f"journal: {line[-160:]}")
