@@ -10,23 +10,45 @@ daemon-reload -> restart -> wait for /health (following the journal) -> check /s
 -> smoke generation. Any failure after the write restores the backup, restarts, waits for
 health, and says both what failed and that the old config serves again.
 
+Every wait says something at least every HEARTBEAT_S: the restart and the health wait stream
+the unit's journal (``journalctl -f``) and heartbeat with the unit's state and the last line
+seen. A new config that crashes at start-up is rolled back at once, also under
+``Restart=on-failure`` (the crash is seen in NRestarts, a changed MainPID, the state or
+systemd's "Main process exited" journal line), not after the health timeout. Every HTTP
+request has a total deadline. Only one agent runs per deploy (an flock on ``agent.run``),
+so the console may start it again after a dropped connection. The agent keeps the last
+KEEP_WORKDIRS deploy folders under ``.specconsole/`` and removes older ones.
+
 Run: ``python3 deploy_agent.py PLAN.json PROGRESS.jsonl``
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import http.client
 import json
 import os
+import queue
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
-HEARTBEAT_S = 2.0
+HEARTBEAT_S = 0.5          #: the longest silence during any wait (the console promises <= 1 s)
+KEEP_WORKDIRS = 5          #: deploy folders kept under UNIT.d/.specconsole/ (this one included)
+ERROR_TAIL_CHARS = 300     #: how much of a failed command's output an error message quotes
+WORKDIR_NAME = re.compile(r"^\d{8}-\d{6}-[0-9a-f]+$")
+#: systemd's journal lines for a service whose main process died (and is being restarted)
+CRASH_LINE = re.compile(r"Main process exited, code=(?:exited, status=(?!0/)|dumped"
+                        r"|killed, status=(?!15/TERM|2/INT|1/HUP|13/PIPE))"
+                        r"|Failed with result|Scheduled restart job|Start request repeated too quickly")
 
 
 class Failed(Exception):
@@ -48,46 +70,35 @@ class Agent:
         event = {"seq": self.seq, "t": round(time.monotonic() - self.t0, 3), "at": time.time(),
                  "kind": kind, "step": self.step, "message": message, **extra}
         self.progress.write(json.dumps(event) + "\n")
-        self.progress.flush()
-        os.fsync(self.progress.fileno())
+        self.progress.flush()   # readers see it at once; only the outcome waits for the disk
+        if kind == "final":
+            os.fsync(self.progress.fileno())
 
     def begin(self, step: str, message: str | None = None) -> None:
         self.step = step
         self.emit("step", message or step)
 
-    def sh(self, argv: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-        import shlex
-
-        line = shlex.join(argv)
-        self.emit("command", line, command=line)
-        t = time.monotonic()
-        try:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise Failed(f"`{line}` did not finish within {timeout:g}s") from None
-        except FileNotFoundError:
-            raise Failed(f"`{argv[0]}` not found on this host") from None
-        took = time.monotonic() - t
-        out = (res.stdout.strip() or res.stderr.strip()).splitlines()
-        first = f": {out[0][:120]}" if out else ""
-        self.emit("result", f"exit {res.returncode} in {took:.2f}s{first}", command=line,
-                  exit_status=res.returncode, took_s=round(took, 3))
-        if check and res.returncode != 0:
-            raise Failed(f"`{line}` exited {res.returncode}: {(res.stderr or res.stdout).strip()[-300:]}")
-        return res
+    def sh(self, argv: list[str], timeout: float = 120) -> None:
+        """Run a command, with a heartbeat naming it while it runs (no journal)."""
+        self.sh_watched(argv, None, timeout)
 
     # -- HTTP ----------------------------------------------------------------------------
     def http(self, url: str, body: dict[str, Any] | None = None, timeout: float = 5) -> tuple[int, str]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError, TimeoutError) as err:
-            reason = getattr(err, "reason", err)
-            return 0, f"no answer ({reason})"
+        return http_request(url, body, timeout)
+
+    def waiting(self, what: str, fn: Any) -> Any:
+        """``fn()`` in a thread, with a heartbeat naming ``what`` every HEARTBEAT_S meanwhile."""
+        out: list[Any] = []
+        worker = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+        t = time.monotonic()
+        worker.start()
+        while worker.is_alive():
+            worker.join(HEARTBEAT_S)
+            if worker.is_alive():
+                self.emit("heartbeat", f"{what}: waiting for {time.monotonic() - t:.1f}s")
+        if not out:
+            raise Failed(f"{what} failed")
+        return out[0]
 
     def journal_tail(self, lines: int) -> list[str]:
         with contextlib.suppress(Exception):
@@ -96,36 +107,83 @@ class Agent:
             return [ln for ln in res.stdout.splitlines() if ln.strip()][-lines:]
         return []
 
-    def active_state(self) -> str:
-        with contextlib.suppress(Exception):
-            res = subprocess.run(["systemctl", "is-active", self.plan["unit"]], capture_output=True,
-                                 text=True, timeout=10)
-            return res.stdout.strip() or "unknown"
-        return "unknown"
+    # -- watching the unit -------------------------------------------------------------------
+    def relay_journal(self, watch: UnitWatch) -> None:
+        for line in watch.journal_lines():
+            self.emit("info", f"journal: {line[-160:]}", journal=True)
 
-    def wait_healthy(self, timeout: float) -> None:
+    def heartbeat(self, watch: UnitWatch | None, what: str, started: float, seen: str = "") -> None:
+        state = watch.describe() if watch is not None else "no output yet"
+        self.emit("heartbeat", f"{what} for {time.monotonic() - started:.1f}s; {seen}{state}")
+
+    def sh_watched(self, argv: list[str], watch: UnitWatch | None, timeout: float) -> None:
+        """Run a command with a heartbeat every HEARTBEAT_S while it runs; with a ``watch``
+        (``systemctl restart``), the unit's journal lines are streamed meanwhile."""
+        import shlex
+
+        line = shlex.join(argv)
+        self.emit("command", line, command=line)
+        t = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise Failed(f"`{argv[0]}` not found on this host") from None
+        outs: list[str] = []
+        reader = threading.Thread(target=lambda: outs.extend(proc.communicate()), daemon=True)
+        reader.start()
+        next_beat = t + HEARTBEAT_S
+        while reader.is_alive():
+            reader.join(0.1)
+            if watch is not None:
+                self.relay_journal(watch)
+            now = time.monotonic()
+            if now - t > timeout:
+                proc.kill()
+                reader.join(5)
+                raise Failed(f"`{line}` did not finish within {timeout:g}s")
+            if now >= next_beat and reader.is_alive():
+                self.heartbeat(watch, f"`{line}` running", t)
+                next_beat = now + HEARTBEAT_S
+        if watch is not None:
+            self.relay_journal(watch)
+        took = time.monotonic() - t
+        stdout, stderr = [*outs, "", ""][:2]
+        out = ((stdout or "").strip() or (stderr or "").strip()).splitlines()
+        first = f": {out[0][:120]}" if out else ""
+        self.emit("result", f"exit {proc.returncode} in {took:.2f}s{first}", command=line,
+                  exit_status=proc.returncode, took_s=round(took, 3))
+        if proc.returncode != 0:
+            raise Failed(f"`{line}` exited {proc.returncode}: "
+                         f"{tail_text((stderr or stdout or '').strip(), ERROR_TAIL_CHARS)}")
+
+    def wait_healthy(self, timeout: float, watch: UnitWatch) -> None:
         url = self.plan["health_url"]
         self.emit("info", f"waiting up to {timeout:g}s for GET {url} to answer 200")
         start = time.monotonic()
-        next_beat = start + 1.0
+        next_beat = start + HEARTBEAT_S
         status, text = 0, ""
-        while time.monotonic() - start < timeout:
-            status, text = self.http(url, timeout=2)
-            if status == 200:
-                self.emit("info", f"/health answered 200 after {time.monotonic() - start:.1f}s")
-                return
-            now = time.monotonic()
-            if now >= next_beat:
-                state = self.active_state()
-                journal = self.journal_tail(1)
-                last = journal[-1][-100:] if journal else "(journal empty)"
-                seen = f"{status}" if status else text
-                self.emit("heartbeat", f"waiting for /health: {seen} for {now - start:.0f}s; "
-                          f"service {state}; journal: {last}")
-                if state in ("failed", "inactive") and now - start > 1.0:
-                    raise Failed(f"{self.plan['unit']} is {state} (it exited during start-up)")
-                next_beat = now + HEARTBEAT_S
-            time.sleep(0.5)
+        checker = _Poller(lambda: self.http(url, timeout=2))
+        try:
+            while time.monotonic() - start < timeout:
+                got = checker.result(0.1)
+                if got is not None:
+                    status, text = got
+                    if status == 200:
+                        self.relay_journal(watch)
+                        self.emit("info", f"/health answered 200 after {time.monotonic() - start:.1f}s")
+                        return
+                self.relay_journal(watch)
+                crash = watch.crashed()
+                if crash:
+                    raise Failed(f"{self.plan['unit']} crashed during start-up ({crash})")
+                now = time.monotonic()
+                if now >= next_beat:
+                    seen = f"HTTP {status}" if status else (text or "no answer yet")
+                    self.heartbeat(watch, f"waiting for /health (last: {seen})", start)
+                    next_beat = now + HEARTBEAT_S
+        finally:
+            checker.stop()
         seen = f"HTTP {status}" if status else text
         raise Failed(f"/health did not answer 200 within {timeout:g}s (last: {seen})")
 
@@ -153,10 +211,12 @@ class Agent:
             self.emit("info", f"wrote {len(p['dropin_text'])} bytes")
             self.begin("daemon-reload")
             self.sh(["systemctl", "daemon-reload"])
-            self.begin("restart", f"restarting {p['unit']}")
-            self.sh(["systemctl", "restart", p["unit"]], timeout=p.get("restart_timeout_s", 120))
-            self.begin("wait for health")
-            self.wait_healthy(p["health_timeout_s"])
+            self.begin("restart", f"restarting {p['unit']} (following its journal)")
+            with UnitWatch(p["unit"]) as watch:
+                self.sh_watched(["systemctl", "restart", p["unit"]], watch, p.get("restart_timeout_s", 120))
+                watch.restarted()
+                self.begin("wait for health")
+                self.wait_healthy(p["health_timeout_s"], watch)
             self.begin("verify", "checking /server_info reports the new settings")
             self.verify()
             self.begin("smoke test", "one generation through /generate")
@@ -174,9 +234,25 @@ class Agent:
             return self.rollback(reason, existed)
         finally:
             self.unlock()
+            self.prune_workdirs()
+
+    def prune_workdirs(self) -> None:
+        """Keep the newest KEEP_WORKDIRS deploy folders (ids sort by time), remove the rest."""
+        mine = os.path.abspath(self.plan["workdir"])
+        parent = os.path.dirname(mine)
+        with contextlib.suppress(OSError):
+            names = sorted(n for n in os.listdir(parent) if WORKDIR_NAME.match(n)
+                           and os.path.isdir(os.path.join(parent, n)))
+            old = [n for n in names[:-KEEP_WORKDIRS] if os.path.join(parent, n) != mine]
+            for name in old:
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            if old:
+                self.emit("info", f"removed {len(old)} old deploy folder(s) from {parent} "
+                          f"(keeping the last {KEEP_WORKDIRS})")
 
     def verify(self) -> None:
-        status, text = self.http(self.plan["server_info_url"])
+        url = self.plan["server_info_url"]
+        status, text = self.waiting(f"GET {url}", lambda: self.http(url))
         if status != 200:
             raise Failed(f"/server_info answered {status or text}")
         info = json.loads(text)
@@ -194,9 +270,9 @@ class Agent:
     def smoke(self) -> None:
         s = self.plan["smoke"]
         t = time.monotonic()
-        status, text = self.http(self.plan["generate_url"], {
-            "text": s["text"], "sampling_params": {"max_new_tokens": s["max_new_tokens"], "temperature": 0}},
-            timeout=s.get("timeout_s", 60))
+        body = {"text": s["text"], "sampling_params": {"max_new_tokens": s["max_new_tokens"], "temperature": 0}}
+        status, text = self.waiting(f"POST {self.plan['generate_url']} ({s['max_new_tokens']} tokens)",
+                                    lambda: self.http(self.plan["generate_url"], body, timeout=s.get("timeout_s", 60)))
         took = time.monotonic() - t
         if status != 200:
             raise Failed(f"smoke generation answered {status or text}: {text[:200]}")
@@ -212,7 +288,7 @@ class Agent:
 
     def rollback(self, reason: str, existed: bool) -> int:
         p = self.plan
-        journal = self.journal_tail(12)
+        journal = self.waiting(f"journalctl -u {p['unit']} -n 12", lambda: self.journal_tail(12))
         self.begin("roll back", f"deploy failed ({reason}); restoring the previous config")
         for line in journal:
             self.emit("info", f"journal: {line[-160:]}")
@@ -226,8 +302,10 @@ class Agent:
                     os.unlink(p["dropin_path"])
                 self.emit("info", f"removed {p['dropin_path']}")
             self.sh(["systemctl", "daemon-reload"])
-            self.sh(["systemctl", "restart", p["unit"]], timeout=p.get("restart_timeout_s", 120))
-            self.wait_healthy(p.get("rollback_health_timeout_s", p["health_timeout_s"]))
+            with UnitWatch(p["unit"]) as watch:
+                self.sh_watched(["systemctl", "restart", p["unit"]], watch, p.get("restart_timeout_s", 120))
+                watch.restarted()
+                self.wait_healthy(p.get("rollback_health_timeout_s", p["health_timeout_s"]), watch)
         except Failed as err:
             self.emit("final", f"ROLLBACK FAILED: {err}; the deploy failed because: {reason}",
                       outcome="rollback_failed", reason=reason, journal=journal)
@@ -286,6 +364,199 @@ class Agent:
             self.locked = False
 
 
+def tail_text(text: str, limit: int) -> str:
+    """The end of ``text`` in at most ``limit`` characters, cut on a line (or else word)
+    boundary, with an explicit "…" where something was left out."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    size = 0
+    for line in reversed(text.splitlines()):
+        if size + len(line) + 1 > limit:
+            break
+        kept.insert(0, line)
+        size += len(line) + 1
+    if kept:
+        return "… " + " / ".join(ln.strip() for ln in kept if ln.strip())
+    words = text.splitlines()[-1].split()
+    out: list[str] = []
+    for word in reversed(words):
+        if sum(len(w) + 1 for w in out) + len(word) + 1 > limit - 2:
+            break
+        out.insert(0, word)
+    return "… " + (" ".join(out) if out else words[-1][-(limit - 2):])
+
+
+def http_request(url: str, body: dict[str, Any] | None = None, timeout: float = 5.0) -> tuple[int, str]:
+    """One HTTP request with a *total* deadline of ``timeout`` seconds (connect, headers and
+    body together: a server dripping a byte a second is cut off). ``(status, text)``, or
+    ``(0, "no answer (...)")``."""
+    u = urlsplit(url)
+    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    try:
+        conn = cls(u.hostname or "127.0.0.1", u.port, timeout=timeout)
+    except (ValueError, OSError) as err:
+        return 0, f"no answer ({err})"
+    data = json.dumps(body).encode() if body is not None else None
+    path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    out: list[tuple[int, str]] = []
+
+    def work() -> None:
+        try:
+            conn.request("POST" if data is not None else "GET", path, body=data,
+                         headers={"Content-Type": "application/json"} if data is not None else {})
+            r = conn.getresponse()
+            out.append((r.status, r.read().decode("utf-8", "replace")))
+        except Exception as err:
+            out.append((0, f"no answer ({err or type(err).__name__})"))
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():  # still connecting or reading: cut it off
+        with contextlib.suppress(OSError, AttributeError):
+            conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        worker.join(1)
+        return 0, f"no answer (no complete response within the {timeout:g}s deadline)"
+    conn.close()
+    return out[0] if out else (0, "no answer")
+
+
+class _Poller:
+    """Runs ``fn`` over and over in a thread; :meth:`result` returns the latest answer."""
+
+    def __init__(self, fn: Any, pause: float = 0.25) -> None:
+        self.fn, self.pause = fn, pause
+        self.answers: queue.Queue[Any] = queue.Queue()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            self.answers.put(self.fn())
+            self.stopping.wait(self.pause)
+
+    def result(self, wait: float) -> Any:
+        latest = None
+        with contextlib.suppress(queue.Empty):
+            latest = self.answers.get(timeout=wait)
+            while True:
+                latest = self.answers.get_nowait()
+        return latest
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+class UnitWatch:
+    """Follows a unit while it restarts: its journal (``journalctl -f``) and its state
+    (``systemctl show``: ActiveState, SubState, MainPID, NRestarts), each in a thread, so
+    heartbeats never wait on them. :meth:`crashed` says whether the new main process died."""
+
+    PROPS = ("ActiveState", "SubState", "MainPID", "NRestarts")
+
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.last_line = ""
+        self.state: dict[str, str] = {}
+        self.crash_lines: list[str] = []
+        self.after_restart = False
+        self.restarted_at = 0.0
+        self.base: dict[str, str] = {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.poller: _Poller | None = None
+
+    def __enter__(self) -> UnitWatch:
+        with contextlib.suppress(OSError):
+            self.proc = subprocess.Popen(["journalctl", "-u", self.unit, "-f", "-n", "0", "--no-pager"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         stdin=subprocess.DEVNULL, text=True, errors="replace")
+            threading.Thread(target=self._read, daemon=True).start()
+        self.poller = _Poller(self._show, pause=0.2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.poller:
+            self.poller.stop()
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(2)
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip():
+                self.lines.put(line.rstrip("\n"))
+
+    def _show(self) -> tuple[float, dict[str, str]]:
+        asked = time.monotonic()
+        with contextlib.suppress(Exception):
+            res = subprocess.run(["systemctl", "show", self.unit, *(f"--property={p}" for p in self.PROPS)],
+                                 capture_output=True, text=True, timeout=10)
+            return asked, dict(ln.split("=", 1) for ln in res.stdout.splitlines() if "=" in ln)
+        return asked, {}
+
+    def _refresh(self) -> None:
+        got = self.poller.result(0) if self.poller is not None else None
+        if not got or not got[1]:
+            return
+        asked, state = got
+        if self.after_restart and asked < self.restarted_at:
+            return  # asked before the restart returned: says nothing about the new process
+        self.state = state
+        if self.after_restart and not self.base and state.get("MainPID", "0") not in ("", "0"):
+            self.base = dict(state)
+
+    def journal_lines(self) -> list[str]:
+        out: list[str] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                line = self.lines.get_nowait()
+                out.append(line)
+                self.last_line = line
+                if self.after_restart and CRASH_LINE.search(line):
+                    self.crash_lines.append(line)
+        return out
+
+    def restarted(self) -> None:
+        """The restart command returned: from now on a dying main process is a crash."""
+        self.after_restart = True
+        self.restarted_at = time.monotonic()
+        self.base = {}
+        self.state = {}   # what was seen while it restarted says nothing about the new process
+
+    def crashed(self) -> str | None:
+        self._refresh()
+        if self.crash_lines:
+            return f"journal: {self.crash_lines[0][-120:]}"
+        s, b = self.state, self.base
+        if not self.after_restart or not s:
+            return None
+        if s.get("ActiveState") in ("failed", "inactive") or s.get("SubState") in ("auto-restart", "failed"):
+            return f"the unit is {s.get('ActiveState')}/{s.get('SubState') or '?'}"
+        if not b:
+            return None
+        if s.get("NRestarts", "").isdigit() and b.get("NRestarts", "").isdigit() \
+                and int(s["NRestarts"]) > int(b["NRestarts"]):
+            return f"NRestarts rose from {b['NRestarts']} to {s['NRestarts']}"
+        if s.get("MainPID") != b.get("MainPID"):
+            return f"the main PID changed from {b.get('MainPID')} to {s.get('MainPID') or 0}"
+        return None
+
+    def describe(self) -> str:
+        self._refresh()
+        s = self.state
+        state = f"{s.get('ActiveState', '?')}/{s.get('SubState') or '?'}" if s else "state unknown"
+        pid = f", main PID {s['MainPID']}" if s.get("MainPID") not in (None, "", "0") else ""
+        last = self.last_line[-100:] if self.last_line else "(no journal line yet)"
+        return f"service {state}{pid}; journal: {last}"
+
+
 def read_lock(path: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as f:
@@ -311,6 +582,14 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(argv[0], encoding="utf-8") as f:
         plan = json.load(f)
+    # one agent per deploy: the console may start it again after a dropped connection
+    guard = open(os.path.join(os.path.dirname(os.path.abspath(argv[1])), "agent.run"), "a")  # noqa: SIM115
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0      # this deploy's agent is already running
+    if os.path.exists(argv[1]) and os.path.getsize(argv[1]) > 0:
+        return 0      # this deploy already ran (its progress file has its events)
     agent = Agent(plan, argv[1])
     try:
         return agent.run()

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from specconsole.errors import HostUnavailable
 from specconsole.events import EventLog
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command, to_shell
@@ -26,6 +27,8 @@ Kind = Literal["step", "command", "result", "heartbeat", "info", "warning", "err
 #: During any wait a heartbeat follows this long after the last event: the promise is one status
 #: line at least every second, and the margin absorbs a busy event loop.
 HEARTBEAT_S = 0.5
+#: How often a console-side wait loop (reconnect, progress queue) wakes up to heartbeat.
+HEARTBEAT_EVERY_S = HEARTBEAT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +109,25 @@ class Steps:
                   summary: Callable[[CommandResult], str] | None = None) -> CommandResult:
         """Run ``cmd`` on ``host``, reporting the exact command line, its outcome and duration.
 
-        A command that takes longer than a second gets heartbeats while it runs.
+        A command that takes longer than a second gets heartbeats while it runs. A command
+        whose exit status never arrived (the connection dropped) is reported as such.
         """
         line = to_shell(cmd)
         self.emit("command", line, command=line, host=host.name)
         task = asyncio.ensure_future(host.run(cmd, timeout=timeout, input=input))
         started = time.monotonic()
         await self._beat_while(task, lambda: f"waiting for `{_short(line)}` on {host.name}", started)
-        res = task.result()
+        try:
+            res = task.result()
+        except HostUnavailable as err:
+            self.emit("result", f"exit status unknown: {str(err).splitlines()[0] if str(err) else 'connection lost'}",
+                      command=line, took_s=time.monotonic() - started, host=host.name)
+            raise
+        if res.exit_status is None:
+            self.emit("result", f"exit status unknown: the connection to {host.name} dropped before "
+                      f"`{_short(line)}` reported one (it may or may not have run)",
+                      command=line, took_s=res.elapsed_s, host=host.name)
+            return res
         text = summary(res) if summary else _first_line(res)
         self.emit("result", f"exit {res.exit_status} in {res.elapsed_s:.2f}s{': ' + text if text else ''}",
                   command=line, exit_status=res.exit_status, took_s=res.elapsed_s, host=host.name)

@@ -57,6 +57,9 @@ class CommandResult:
 
     def check(self, host: str) -> CommandResult:
         """Return self, or raise :class:`CommandFailed` naming the host, command and stderr."""
+        if self.exit_status is None:
+            raise CommandFailed(f"{host}: `{self.command}`: exit status unknown, the connection dropped "
+                                f"before it reported one (it may or may not have run)")
         if not self.ok:
             last = (self.stderr.strip() or self.stdout.strip()).splitlines()[-1:] or ["no output"]
             raise CommandFailed(f"{host}: `{self.command}` exited {self.exit_status}: {last[0]}")

@@ -127,6 +127,10 @@ class LabOptions:
     gpu_interval_s: float = 1.0
     sglang_interval_s: float = 1.0
     tunnel: bool = True
+    #: a slow restart: SGLang takes this long to shut down on SIGTERM (deploy heartbeat tests)
+    sglang_stop_s: float = 0.0
+    #: the unit's Restart= (real units use on-failure; the lab's shim supervises it)
+    sglang_restart: str = "no"
 
 
 def default_lab_dir() -> Path:
@@ -322,7 +326,10 @@ class Lab:
             "MaxStartups 64",
             "LogLevel VERBOSE",  # one "Starting session" line per remote command (bench counts them)
             f"PidFile {root / 'run' / 'sshd.pid'}",
-            f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}"',
+            # PYENV_REHASH_TIMEOUT: a login shell whose rc runs `pyenv init` (a pyenv user's
+            # machine) must not queue each lab command behind pyenv's global rehash lock
+            f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}" '
+            f'PYENV_REHASH_TIMEOUT=1',
             "",
         ]))
         py = shlex.quote(sys.executable)
@@ -337,7 +344,8 @@ class Lab:
                f"exec {py} -m specconsole.lab.systemctl_shim {q_root} {shlex.quote(_tool('systemctl3'))} \"$@\"\n",
                0o755)
         _write(root / "bin" / "journalctl",
-               f"#!/bin/sh\nexec {shlex.quote(_tool('journalctl3'))} --root={q_root} \"$@\"\n", 0o755)
+               f"#!/bin/sh\nexec {py} -m specconsole.lab.systemctl_shim --journal {q_root} "
+               f"{shlex.quote(_tool('journalctl3'))} \"$@\"\n", 0o755)
         _write(root / "bin" / "sglang",
                f"#!/bin/sh\n# SGLang-protocol simulator (SGLang's CUDA engine cannot run here)\n"
                f"exec {py} -m specconsole.lab.sglang_sim \"$@\"\n", 0o755)
@@ -485,9 +493,10 @@ class Lab:
             f"Environment=SGLANG_SIM_STARTUP_S={o.sglang_startup_s:g}",
             f"Environment=SGLANG_SIM_LOAD={o.sglang_load_rps:g}",
             f"Environment=SGLANG_SIM_STEP_MS={o.sglang_step_ms:g}",
+            *([f"Environment=SGLANG_SIM_STOP_S={o.sglang_stop_s:g}"] if o.sglang_stop_s else []),
             f"Environment=PATH={serve_bin}:/usr/local/bin:/usr/bin:/bin",
             f"ExecStart={exec_start}",
-            "Restart=no",
+            f"Restart={o.sglang_restart}",
             "TimeoutStopSec=20",
             "",
             "[Install]",

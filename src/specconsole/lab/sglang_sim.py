@@ -43,6 +43,8 @@ Environment
     A draft model directory holding a ``*.safetensors`` file shorter than 8 bytes (a truncated
     copy) crashes start-up the same way as ``weights``.
     ``SGLANG_SIM_STEP_MS``    latency of one decode/verify step in ms (default 8).
+    ``SGLANG_SIM_STOP_S``     shutting down after SIGTERM takes this long (default 0), as a
+                              server finishing its requests and freeing GPU memory does.
     ``SGLANG_SIM_LOAD``       requests/s of *simulated internal traffic* (default 0): a
                               Poisson stream of fake requests that runs through the same
                               engine model and moves ``gen_throughput``, running/queued
@@ -1572,6 +1574,10 @@ def main(argv: list[str] | None = None) -> int:
         pass
     server.ready = False
     log("INFO:     Shutting down")
+    stop_s = _env_float("SGLANG_SIM_STOP_S", 0.0)
+    if stop_s > 0:
+        log(f"INFO:     Waiting for requests in flight and freeing GPU memory ({stop_s:g}s)")
+        time.sleep(stop_s)
     httpd.shutdown()
     httpd.server_close()
     log("INFO:     Waiting for application shutdown.")

@@ -7,17 +7,40 @@ verb to systemctl3 unchanged:
 
 - ``systemctl cat UNIT``: each file that makes up the unit, the unit file first, then its
   drop-ins in order, each preceded by ``# /path/of/file`` and separated by a blank line;
-- ``systemctl show -p FragmentPath|DropInPaths UNIT`` (and ``--value``).
+- ``systemctl show -p FragmentPath|DropInPaths UNIT`` (and ``--value``), and ``NRestarts``.
 
-Usage (written into each lab host's ``bin/systemctl``):
-``python -m specconsole.lab.systemctl_shim ROOT SYSTEMCTL3 ARGS...``
+docker-systemctl-replacement honours ``Restart=`` only when it runs as the container's init
+(PID 1), which the lab's hosts do not have. So for a unit with ``Restart=on-failure`` (or
+``always``/``on-abnormal``) ``start``/``restart`` run systemctl3 under a small supervisor
+that does what systemd does: it is the service's parent (a child subreaper), sees its real
+exit status, writes systemd's journal lines (``UNIT: Main process exited, code=exited,
+status=1/FAILURE``, ``Failed with result 'exit-code'``, ``Scheduled restart job, restart
+counter is at N``), shows the unit as ``activating``/``auto-restart`` until it restarts it
+after ``RestartSec`` (at most 5 times in 10 s, then ``Start request repeated too quickly``)
+and counts ``NRestarts``.
+
+``journalctl -f -n 0`` follows only new lines, as systemd's does (journalctl3 shows 10 old
+lines for ``-n 0``).
+
+Usage (written into each lab host's ``bin/systemctl`` and ``bin/journalctl``):
+``python -m specconsole.lab.systemctl_shim ROOT SYSTEMCTL3 ARGS...``,
+``python -m specconsole.lab.systemctl_shim --journal ROOT JOURNALCTL3 ARGS...``
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+CLEAN_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE}
 
 
 def unit_files(root: Path, unit: str) -> list[Path]:
@@ -63,6 +86,21 @@ def show(root: Path, args: list[str]) -> int | None:
         elif not a.startswith("-"):
             units.append(a)
         i += 1
+    restarting = len(units) == 1 and _auto_restart_file(root, units[0]).exists()
+    if len(units) == 1 and ("NRestarts" in props or (restarting and {"ActiveState", "SubState"} & set(props))):
+        ours = {"NRestarts": str(nrestarts(root, units[0]))}
+        if restarting:   # between a crash and its automatic restart, as systemd shows it
+            ours.update(ActiveState="activating", SubState="auto-restart")
+        rest_props = [p for p in props if p not in ours]
+        if rest_props:
+            res = subprocess.run([systemctl3_of(args), f"--root={root}", "show", units[0],
+                                  *(f"--property={p}" for p in rest_props), *(["--value"] if value_only else [])],
+                                 capture_output=True, text=True)
+            print(res.stdout, end="")
+        for p in props:
+            if p in ours:
+                print(ours[p] if value_only else f"{p}={ours[p]}")
+        return 0
     if not props or not set(props) <= {"FragmentPath", "DropInPaths"} or len(units) != 1:
         return None
     files = unit_files(root, units[0])
@@ -73,9 +111,151 @@ def show(root: Path, args: list[str]) -> int | None:
     return 0
 
 
+_SYSTEMCTL3 = ""
+
+
+def systemctl3_of(_args: list[str]) -> str:
+    return _SYSTEMCTL3
+
+
+def _unit_name(unit: str) -> str:
+    return unit if "." in unit else unit + ".service"
+
+
+def service_setting(root: Path, unit: str, key: str, default: str) -> str:
+    """The last ``key=`` of the unit's [Service] section, drop-ins included."""
+    value = default
+    for f in unit_files(root, unit):
+        section = ""
+        for line in f.read_text().splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line
+            elif section == "[Service]" and line.startswith(f"{key}="):
+                value = line.split("=", 1)[1].strip()
+    return value
+
+
+def _state_file(root: Path, unit: str) -> Path:
+    return root / "run" / f"{_unit_name(unit)}.nrestarts"
+
+
+def _auto_restart_file(root: Path, unit: str) -> Path:
+    """Present while the supervisor is between a crash and the automatic restart."""
+    return root / "run" / f"{_unit_name(unit)}.auto-restart"
+
+
+def nrestarts(root: Path, unit: str) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        return int(_state_file(root, unit).read_text().strip() or 0)
+    return 0
+
+
+def journal(root: Path, unit: str, line: str) -> None:
+    """Append a systemd-style line to the unit's journal (docker-systemctl-replacement's log)."""
+    log = root / "var" / "log" / "journal" / f"{_unit_name(unit)}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    with log.open("a") as f:
+        f.write(f"[{stamp}] {_unit_name(unit)}: {line}\n")
+
+
+def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
+    """``start``/``restart`` a ``Restart=`` unit and stay its parent to restart it on failure."""
+    read_end, write_end = os.pipe()
+    if os.fork():                      # the caller's systemctl: wait for systemctl3's status
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as r:
+            data = r.read().strip()
+        return int(data) if data.lstrip(b"-").isdigit() else 1
+    os.close(read_end)
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _state_file(root, unit).parent.mkdir(parents=True, exist_ok=True)
+    _state_file(root, unit).write_text("0\n")   # an explicit start resets the counter, as systemd does
+    rc = subprocess.call([systemctl3, f"--root={root}", *args])
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.write(write_end, str(rc).encode())
+    os.close(write_end)
+    policy = service_setting(root, unit, "Restart", "no")
+    delay = float(re.sub(r"[^0-9.]", "", service_setting(root, unit, "RestartSec", "0.1")) or 0.1)
+    starts: list[float] = []
+    while True:
+        try:
+            _pid, status = os.wait()
+        except ChildProcessError:
+            return 0                    # no service process left to watch
+        if os.WIFEXITED(status):
+            code = os.WEXITSTATUS(status)
+            clean, what = code == 0, f"code=exited, status={code}/{'SUCCESS' if code == 0 else 'FAILURE'}"
+            result = "exit-code"
+        else:
+            sig = signal.Signals(os.WTERMSIG(status))
+            clean, what, result = sig in CLEAN_SIGNALS, f"code=killed, status={sig.value}/{sig.name[3:]}", "signal"
+        if clean:
+            journal(root, unit, "Deactivated successfully.")
+            continue
+        will_restart = policy in ("on-failure", "always", "on-abnormal") and bool(unit_files(root, unit))
+        marker = _auto_restart_file(root, unit)
+        if will_restart:
+            marker.touch()
+        try:
+            journal(root, unit, f"Main process exited, {what}")
+            journal(root, unit, f"Failed with result '{result}'.")
+            if not will_restart:
+                continue
+            time.sleep(delay)
+            state = subprocess.run([systemctl3, f"--root={root}", "is-active", unit], capture_output=True, text=True)
+            if state.stdout.strip() == "active":
+                continue                    # someone started it meanwhile (e.g. a rollback)
+            starts = [t for t in starts if time.monotonic() - t < 10] + [time.monotonic()]
+            if len(starts) > 5:
+                journal(root, unit, "Start request repeated too quickly.")
+                continue
+            n = nrestarts(root, unit) + 1
+            _state_file(root, unit).write_text(f"{n}\n")
+            journal(root, unit, f"Scheduled restart job, restart counter is at {n}.")
+            subprocess.call([systemctl3, f"--root={root}", "start", unit])
+        finally:
+            marker.unlink(missing_ok=True)
+
+
+def journalctl(root: Path, journalctl3: str, args: list[str]) -> int:
+    follow = any(a in ("-f", "--follow") for a in args)
+    lines = None
+    for i, a in enumerate(args):
+        if a in ("-n", "--lines") and i + 1 < len(args):
+            lines = args[i + 1]
+        elif a.startswith("--lines="):
+            lines = a.split("=", 1)[1]
+    unit = next((args[i + 1] for i, a in enumerate(args) if a in ("-u", "--unit") and i + 1 < len(args)), "")
+    if follow and lines == "0" and unit:
+        log = root / "var" / "log" / "journal" / f"{_unit_name(unit)}.log"
+        os.execvp("tail", ["tail", "-n", "0", "-F", str(log)])
+    os.execv(journalctl3, [journalctl3, f"--root={root}", *args])
+    return 127  # pragma: no cover
+
+
 def main(argv: list[str]) -> int:
+    global _SYSTEMCTL3
+    if argv and argv[0] == "--journal":
+        return journalctl(Path(argv[1]), argv[2], argv[3:])
     root, systemctl3, args = Path(argv[0]), argv[1], argv[2:]
+    _SYSTEMCTL3 = systemctl3
     verb = next((a for a in args if not a.startswith("-")), "")
+    if verb in ("start", "restart"):
+        units = [a for a in args[args.index(verb) + 1:] if not a.startswith("-")]
+        if len(units) == 1 and unit_files(root, units[0]) and \
+                service_setting(root, units[0], "Restart", "no") in ("on-failure", "always", "on-abnormal"):
+            return supervise(root, systemctl3, args, units[0])
+    if verb == "is-active":
+        units = [a for a in args[args.index(verb) + 1:] if not a.startswith("-")]
+        if len(units) == 1 and _auto_restart_file(root, units[0]).exists():
+            print("activating")
+            return 3
     if verb == "cat":
         return cat(root, [a for a in args[args.index("cat") + 1:] if not a.startswith("-")])
     if verb == "show":
