@@ -82,11 +82,12 @@ def sessions(lab: Lab) -> list[int]:
     return out
 
 
-def one(lab: Lab, tmp: Path, hosts: int, how: str, settle: float) -> dict[str, object]:
+def one(lab: Lab, tmp: Path, hosts: int, how: str, settle: float, gpu_every: int) -> dict[str, object]:
     run = tmp / f"{hosts}-{how}"
     run.mkdir()
     config = write_fleet_config(lab, run / "fleet.toml", hosts, log_path=tmp / "train.jsonl",
-                                audit_log=run / "audit.log", state_dir=run / "state", local=True)
+                                audit_log=run / "audit.log", state_dir=run / "state", local=True,
+                                gpu_every=gpu_every)
     mark = uuid.uuid4().hex
     frame = run / "first-frame"
     path = f"{lab.root('train') / 'bin'}:{os.environ.get('PATH', '')}"
@@ -141,6 +142,7 @@ def main() -> int:
     ap.add_argument("--hosts", default="2,50,200")
     ap.add_argument("--how", default="q,SIGTERM,SIGINT,SIGHUP")
     ap.add_argument("--settle", type=float, default=90.0, help="max seconds to wait for the first full frame")
+    ap.add_argument("--gpu-every", type=int, default=1, help="an nvidia-smi stream on every Nth SSH host (0: none)")
     args = ap.parse_args()
     if not shutil.which("tmux"):
         print("bench: needs tmux", file=sys.stderr)
@@ -156,7 +158,7 @@ def main() -> int:
             tmux("set-option", "-g", "remain-on-exit", "on")
         for n in (int(x) for x in args.hosts.split(",")):
             for how in args.how.split(","):
-                row = one(lab, tmp, n, how, args.settle)
+                row = one(lab, tmp, n, how, args.settle, args.gpu_every)
                 rows.append(row)
                 print(f"{row['hosts']:>5} hosts {row['how']:>7}: exit {row['exit_s']:6.2f} s"
                       f"{' (SIGKILLed after 60 s)' if row['killed'] else ''}"

@@ -29,7 +29,7 @@ from pathlib import Path
 #: From the exit request until the process is gone, at most (the bar is 2 s).
 EXIT_DEADLINE_S = 1.5
 #: The orderly part's share: closing every host's connection and its streams.
-STOP_TIMEOUT_S = 1.0
+STOP_TIMEOUT_S = 0.8
 #: The backup deadline thread fires this much after the main thread's SIGALRM would have.
 BACKUP_AFTER_S = 0.3
 
@@ -159,17 +159,22 @@ class ExitGuard:
             self._state = "forcing"
         self.force_exit()
 
-    def force_exit(self) -> None:
-        """The last resort: kill our children, restore the terminal, note it, clean up, ``os._exit``."""
+    def force_exit(self, why: str | None = None, *, restore: bool = True) -> None:
+        """Kill our children, restore the terminal, note ``why``, clean up, ``os._exit``: the
+        deadline's last resort, and the whole exit when there is nothing to stop in order."""
+        with self._lock:
+            self._state = "forcing"
+        why = why or (f"{self.reason or 'exit requested'}; not finished stopping after "
+                      f"{self.deadline_s:g} s: leaving now")
         with contextlib.suppress(Exception):
             kill_children()
-        for hook in (self.restore, self._note_forced, self.cleanup):
-            if hook is not None:
-                with contextlib.suppress(Exception):
-                    hook()
-        os._exit(self.code)
-
-    def _note_forced(self) -> None:
+        if restore and self.restore is not None:
+            with contextlib.suppress(Exception):
+                self.restore()
         if self.note is not None:
-            self.note(f"{self.reason or 'exit requested'}; not finished stopping after "
-                      f"{self.deadline_s:g} s: leaving now")
+            with contextlib.suppress(Exception):
+                self.note(why)
+        if self.cleanup is not None:
+            with contextlib.suppress(Exception):
+                self.cleanup()
+        os._exit(self.code)

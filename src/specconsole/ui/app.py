@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import io
 import os
+import signal
 import sys
 import termios
 import threading
@@ -109,6 +110,10 @@ class ConsoleApp(App[int]):
         self.exit_signal: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Future[None] | None = None
+        self._refresh_timer: Timer | None = None
+        self._leaving: asyncio.Future[None] | None = None
+        #: the ``specconsole`` command: on leaving, end the process once the terminal is restored
+        self.leave_process = False
         # SIGHUP/SIGTERM/SIGINT and q: leave within the guard's deadline whatever the loop is doing
         self.exit_guard = ExitGuard(note=lambda m: self.events.record(m, level="warning"),
                                     restore=self._restore_terminal) if handle_signals else None
@@ -200,7 +205,8 @@ class ConsoleApp(App[int]):
         self.fleet.subscribe(self._fleet_changed)
         if self._cli_theme and self._cli_theme != self.console_state.theme:
             self._remember_theme(self._cli_theme)
-        self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes, name="refresh")
+        self._refresh_timer = self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes,
+                                                name="refresh")
         if self.start_fleet:
             self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
         self.refresh_panes()
@@ -225,6 +231,12 @@ class ConsoleApp(App[int]):
         """From the signal handler (any moment, main thread): hand the exit to the loop."""
         _tr("signal")
         self.exit_signal = sig
+        if sig == signal.SIGHUP and self.exit_guard is not None:
+            # the terminal is gone: nothing to restore, and the loop may already be stuck writing
+            # to it. The kernel closes our connections as we exit (the hosts' watchdogs end the
+            # streams); our local children are killed first.
+            self.exit_guard.force_exit(f"{signal_name(sig)} received: the terminal is gone; closing every "
+                                       "connection and leaving", restore=False)
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 self._loop.call_soon_threadsafe(
@@ -239,8 +251,30 @@ class ConsoleApp(App[int]):
             self.exit_guard.arm(code, message or "quit")
         if message:
             self.events.emit(message, level="warning")
+        if self._refresh_timer is not None:  # no more redraws: the loop now serves the exit
+            self._refresh_timer.stop()
         self._stopping = asyncio.ensure_future(self._stop_fleet())
-        self.exit(code)
+        if self.leave_process:
+            self._leaving = asyncio.ensure_future(self._leave_process(code))
+        else:
+            self.exit(code)
+
+    async def _leave_process(self, code: int) -> None:
+        """The ``specconsole`` command's way out: the monitors stopped (bounded), the terminal
+        restored as Textual's own exit does, our children gone, then the process ends at once,
+        without tearing down every widget and object one by one (seconds at many hosts)."""
+        assert self._stopping is not None
+        await asyncio.wait([self._stopping], timeout=STOP_TIMEOUT_S + 0.3)
+        driver = self._driver
+        if driver is not None and self.exit_signal != signal.SIGHUP:  # after SIGHUP no terminal is left
+            with contextlib.suppress(Exception):
+                driver.stop_application_mode()  # input thread stopped, modes and screen restored
+                driver.close()  # the output thread has written everything
+        kill_children()
+        for stream in (sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()  # type: ignore[union-attr]
+        os._exit(code)
 
     async def _stop_fleet(self) -> None:
         try:
@@ -268,6 +302,8 @@ class ConsoleApp(App[int]):
 
     # -- change notifications (may come from any thread) ----------------------------------
     def _fleet_changed(self, host: str, kind: str) -> None:
+        if self._stopping is not None:
+            return  # leaving: hosts closing must not cost redraws
         if threading.get_ident() != self._thread_id:
             self.call_from_thread(self._fleet_changed, host, kind)
             return
@@ -498,6 +534,7 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     guard = app.exit_guard
     assert guard is not None
     guard.cleanup = cleanup
+    app.leave_process = leave_process
     try:
         result = app.run()
     finally:
