@@ -219,9 +219,7 @@ class ConsoleApp(App[int]):
 
     async def on_unmount(self) -> None:
         stopping = self._stopping or asyncio.ensure_future(self._stop_fleet())
-        _tr("unmount")
         await asyncio.wait([stopping], timeout=STOP_TIMEOUT_S + 0.5)  # the fleet's stop is bounded too
-        _tr("unmount done")
 
     # -- leaving: q, signals, the terminal going away ------------------------------------
     def action_quit(self) -> None:  # type: ignore[override]
@@ -229,7 +227,6 @@ class ConsoleApp(App[int]):
 
     def _signal_received(self, sig: int) -> None:
         """From the signal handler (any moment, main thread): hand the exit to the loop."""
-        _tr("signal")
         self.exit_signal = sig
         if sig == signal.SIGHUP and self.exit_guard is not None:
             # the terminal is gone: nothing to restore, and the loop may already be stuck writing
@@ -244,7 +241,6 @@ class ConsoleApp(App[int]):
 
     def _leave(self, code: int, message: str | None) -> None:
         """Stop the monitors and the app together; the guard's deadline bounds the whole exit."""
-        _tr("leave")
         if self._stopping is not None:
             return
         if self.exit_guard is not None:
@@ -279,7 +275,6 @@ class ConsoleApp(App[int]):
     async def _stop_fleet(self) -> None:
         try:
             await self.fleet.stop()
-            _tr("fleet stopped")
         except Exception as err:  # leaving must not fail
             self.events.record(f"stopping the monitors failed: {err!r}", level="error")
 
@@ -504,13 +499,6 @@ class ConsoleApp(App[int]):
         await flows[action_id](self)
 
 
-def _tr(what: str) -> None:
-    p = os.environ.get("H3A_TRACE")
-    if p:
-        with open(p, "a") as f:
-            f.write(f"{time.time():.3f} {what}\n")
-
-
 def run_console(config: Config, *, read_only: bool, theme: str | None,
                 cleanup: Callable[[], None] | None = None, leave_process: bool = False) -> int:
     """The ``specconsole`` command without a subcommand: run the console until q or a signal.
@@ -543,7 +531,6 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
         kill_children()  # local streams whose stop was cut short
     code = int(app.return_code) if app.return_code not in (None, 0) else (
         int(result) if isinstance(result, int) else 0)
-    _tr("exit")
     if leave_process:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
