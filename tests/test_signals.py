@@ -12,6 +12,7 @@ right before the key or signal is sent and stops when the pid is gone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -206,3 +207,85 @@ def test_status_watch_stops_on_signal(lab_hosts: Lab, tmp_path: Path, name: str)
     assert f"{sig.name} received" in err and "Traceback" not in err, err
     assert wait(lambda: not remote_sessions(lab_hosts), 30, 0.2), \
         f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+
+
+# -- the stop path itself: bounded, and nothing keeps waiting for a closed host -----------------
+
+async def test_a_closed_host_ends_its_waiters(lab_hosts: Lab) -> None:
+    """A source loop that lost its cancellation (Python 3.11's ``wait_for`` drops one that arrives
+    as the awaited channel closes) goes back to ``wait_connected()``: once the host is closed that
+    must end, not wait forever (it kept ``q`` waiting for its 10 s timeout)."""
+    from specconsole.config import load_config
+    from specconsole.errors import HostUnavailable
+    from specconsole.hosts.ssh import SshHost
+
+    host = SshHost(load_config(lab_hosts.config_path).host("train"))
+    await host.start()
+    assert await host.wait_connected(30), host.status
+    lab_hosts.stop_sshd("train")  # the host goes away; the supervisor keeps retrying
+    host.drop()
+    assert await wait_async(lambda: not host.status.up, 10), host.status
+    waiter = asyncio.ensure_future(host.wait_connected())
+    await host.close()
+    done, _ = await asyncio.wait([waiter], timeout=10)
+    assert waiter in done, "wait_connected() still waiting 10 s after the host was closed"
+    assert isinstance(waiter.exception(), HostUnavailable)
+    with pytest.raises(HostUnavailable, match="closed"):
+        await host.wait_connected()
+
+
+class StubbornSource:
+    """A source whose task ignores cancellation until released (a lost cancellation, made certain)."""
+
+    def __init__(self) -> None:
+        self.released = False
+
+    async def run(self, publish: object) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if self.released:
+                    raise
+
+
+async def test_fleet_stop_is_bounded_and_closes_every_connection(lab_hosts: Lab, tmp_path: Path) -> None:
+    from specconsole.config import load_config
+    from specconsole.hosts import ConnState
+    from specconsole.monitor import Fleet
+
+    config = load_config(write_fleet_config(
+        lab_hosts, tmp_path / "fleet.toml", 6, log_path=write_training_log(tmp_path / "train.jsonl"),
+        audit_log=tmp_path / "audit.log", state_dir=tmp_path / "state", gpu_every=2))
+    fleet = Fleet(config)
+    stubborn = StubbornSource()
+    first = next(iter(fleet.monitors.values()))
+    first._sources["stubborn"] = stubborn  # one task that will not end when cancelled
+    await fleet.start()
+    try:
+        statuses = await fleet.first_snapshot(60)
+        assert all(s.reachable for s in statuses), [(s.name, s.connection) for s in statuses]
+        assert await wait_async(lambda: len(remote_sessions(lab_hosts)) >= 6, 30)
+        stop = asyncio.ensure_future(fleet.stop())
+        done, _ = await asyncio.wait([stop], timeout=20)
+        assert stop in done, "Fleet.stop() still running 20 s later: one stubborn task held it"
+        assert stop.exception() is None
+        assert all(m.host.status.state is ConnState.CLOSED for m in fleet.monitors.values())
+        # every connection is closed, so every remote stream ends (its stdin watchdog)
+        assert await wait_async(lambda: not remote_sessions(lab_hosts), 30), \
+            f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+    finally:
+        stubborn.released = True
+        for task in asyncio.all_tasks():
+            if task.get_name().endswith("-stubborn"):
+                task.cancel()
+        await fleet.stop()
+
+
+async def wait_async(check: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        await asyncio.sleep(step)
+    return check()
