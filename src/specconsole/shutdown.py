@@ -57,10 +57,10 @@ def child_pids() -> list[int]:
     return out
 
 
-def kill_children() -> int:
-    """SIGKILL every child process and, for a child that leads its own process group (local
-    streams start in a new session), that whole group. Returns how many children there were."""
-    kids = child_pids()
+def kill_children(spare: frozenset[int] = frozenset()) -> int:
+    """SIGKILL every child process but ``spare`` and, for a child that leads its own process
+    group (local streams start in a new session), that whole group. Returns how many."""
+    kids = [pid for pid in child_pids() if pid not in spare]
     for pid in kids:
         with contextlib.suppress(OSError):
             if os.getpgid(pid) == pid:
@@ -95,10 +95,13 @@ class ExitGuard:
         self._state = "idle"  # -> armed -> disarmed | forcing
         self._lock = threading.RLock()  # the signal handler may interrupt the main thread holding it
         self._previous: dict[int, object] = {}
+        #: children that were there before (the demo's lab): a forced exit leaves them to ``cleanup``
+        self.spare: frozenset[int] = frozenset()
 
     # -- signals -------------------------------------------------------------------------------
     def install(self, on_signal: Callable[[int], None] | None = None) -> ExitGuard:
         self.on_signal = on_signal
+        self.spare = frozenset(child_pids())
         for sig in SIGNALS:
             with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to do
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -167,7 +170,7 @@ class ExitGuard:
         why = why or (f"{self.reason or 'exit requested'}; not finished stopping after "
                       f"{self.deadline_s:g} s: leaving now")
         with contextlib.suppress(Exception):
-            kill_children()
+            kill_children(self.spare)
         if restore and self.restore is not None:
             with contextlib.suppress(Exception):
                 self.restore()

@@ -266,7 +266,7 @@ class ConsoleApp(App[int]):
             with contextlib.suppress(Exception):
                 driver.stop_application_mode()  # input thread stopped, modes and screen restored
                 driver.close()  # the output thread has written everything
-        kill_children()
+        kill_children(self.exit_guard.spare if self.exit_guard else frozenset())
         for stream in (sys.__stdout__, sys.__stderr__):
             with contextlib.suppress(Exception):
                 stream.flush()  # type: ignore[union-attr]
@@ -528,7 +528,7 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     finally:
         guard.disarm()
         guard.uninstall()
-        kill_children()  # local streams whose stop was cut short
+        kill_children(guard.spare)  # local streams whose stop was cut short (not the demo's lab)
     code = int(app.return_code) if app.return_code not in (None, 0) else (
         int(result) if isinstance(result, int) else 0)
     if leave_process:
