@@ -139,18 +139,20 @@ def test_console_leaves_within_bound_and_leaves_nothing(lab_hosts: Lab, tmux: Tm
         tmp_path / "train.jsonl"), audit_log=audit, state_dir=tmp_path / "state", gpu_every=4, local=True)
     mark = uuid.uuid4().hex
     path = f"{lab_hosts.root('train') / 'bin'}:{os.environ.get('PATH', '')}"  # the local host's nvidia-smi
+    frame = tmp_path / "first-full-frame"  # written once every host's first data is on screen
     tmux("new-session", "-d", "-s", "c", "-x", "160", "-y", "48", "-e", f"SPECCONSOLE_EXIT_MARK={mark}",
-         "-e", f"PATH={path}", f"exec {EXE} --config {config}")
+         "-e", f"SPECCONSOLE_FIRST_FRAME_FILE={frame}", "-e", f"PATH={path}", f"exec {EXE} --config {config}")
     pid = int(tmux("display-message", "-p", "-t", "c", "#{pane_pid}").strip())
     try:
-        # running for real: every host connected, the local streams are our children, remote
-        # streams run on the lab's sshds
+        # running for real and settled: every host connected and shown, the local streams are our
+        # children, remote streams run on the lab's sshds
         def connected() -> int:
             return len(connected_hosts(audit))
 
-        ready = wait(lambda: alive(pid) and connected() == HOSTS and len(marked(mark)) >= 3
+        ready = wait(lambda: alive(pid) and frame.exists() and connected() == HOSTS and len(marked(mark)) >= 3
                      and len(remote_sessions(lab_hosts)) >= HOSTS, 150, 0.5)
-        assert ready, (f"console not running with every host: alive={alive(pid)}, connected={connected()}, "
+        assert ready, (f"console not running with every host: alive={alive(pid)}, frame={frame.exists()}, "
+                       f"connected={connected()}, "
                        f"children={len(marked(mark)) - 1}, remote={len(remote_sessions(lab_hosts))}\n"
                        + tmux("capture-pane", "-p", "-t", "c", check=False))
         t0 = time.monotonic()
