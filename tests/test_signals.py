@@ -1,9 +1,13 @@
-"""The real ``specconsole`` in a tmux pane, watching a fleet of SSH hosts (all served by the lab's
+"""Leaving promptly and leaving nothing behind (issue 9, item 7).
+
+The real ``specconsole`` in a tmux pane, watching a fleet of SSH hosts (all served by the lab's
 two sshds) plus a local host: ``q``, SIGTERM, SIGINT and the terminal going away (tmux
 ``kill-session``: the pty closes and the kernel sends SIGHUP) each end it within the issue's 2 s
 (asserted with a margin for a loaded machine), leaving nothing behind: no process that carries
 this run's environment marker (the local host's ``tail -F`` and ``nvidia-smi -lms``), and no
-remote stream (each one's stdin watchdog ends it when its channel closes).
+remote stream (each one's stdin watchdog ends it when its channel closes). ``status --watch``
+stops on SIGINT and SIGTERM the same way. Below them, the stop path itself: a closed host ends
+its waiters, and ``Fleet.stop`` is bounded even when a task ignores its cancellation.
 
 Robust by construction: the console's pid is known from the start (the pane runs it with
 ``exec``) and its end is read from ``/proc``, never from tmux's pane status; the clock starts
