@@ -11,7 +11,10 @@ The console and ``status --watch`` stop on SIGHUP (the terminal went away), SIGT
 - Once armed, the deadline is a ``SIGALRM`` timer: its handler runs in the main thread, which
   already holds the GIL, so it fires on time even when that thread is busy (a daemon thread is
   the backup, should the main thread be stuck in C code). If the process is still there it kills
-  our child processes, notes why in the audit log and ``os._exit``\\ s. Remote streams need
+  our child processes, notes why in the audit log and ``os._exit``\\ s; should even that be
+  held up (the interpreter stuck in C with the GIL), faulthandler's watchdog thread, which runs
+  without the GIL, ends the process shortly after. Local children are killed as soon as the exit
+  is requested (they are read-only streams), so no path leaves them behind. Remote streams need
   nothing: the kernel closes our sockets, sshd closes the channels, and each stream's stdin
   watchdog ends its command.
 """
@@ -19,6 +22,7 @@ The console and ``status --watch`` stop on SIGHUP (the terminal went away), SIGT
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import signal
 import threading
@@ -32,6 +36,9 @@ EXIT_DEADLINE_S = 1.5
 STOP_TIMEOUT_S = 0.8
 #: The backup deadline thread fires this much after the main thread's SIGALRM would have.
 BACKUP_AFTER_S = 0.3
+#: And faulthandler's C watchdog (no GIL needed: a long GC or C call cannot hold it up) ends the
+#: process this much after the deadline, whatever state it is in (exit status 1).
+HARD_AFTER_S = 0.45
 
 SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
 
@@ -95,6 +102,7 @@ class ExitGuard:
         self._state = "idle"  # -> armed -> disarmed | forcing
         self._lock = threading.RLock()  # the signal handler may interrupt the main thread holding it
         self._previous: dict[int, object] = {}
+        self._devnull: object | None = None
         #: children that were there before (the demo's lab): a forced exit leaves them to ``cleanup``
         self.spare: frozenset[int] = frozenset()
 
@@ -130,11 +138,16 @@ class ExitGuard:
             self._state = "armed"
             self.armed_at = time.monotonic()
             self.code, self.reason = code, reason
+        with contextlib.suppress(Exception):
+            kill_children(self.spare)
         if threading.current_thread() is threading.main_thread():
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(signal.SIGALRM, self._alarm)
                 signal.setitimer(signal.ITIMER_REAL, self.deadline_s)
         threading.Thread(target=self._deadline, name="specconsole-exit-deadline", daemon=True).start()
+        with contextlib.suppress(Exception):
+            self._devnull = open(os.devnull, "w")  # noqa: SIM115 - held until the process ends
+            faulthandler.dump_traceback_later(self.deadline_s + HARD_AFTER_S, exit=True, file=self._devnull)
 
     def disarm(self) -> bool:
         """The guarded part finished in time: no forced exit (False if it is already under way)."""
@@ -145,6 +158,8 @@ class ExitGuard:
         if threading.current_thread() is threading.main_thread():
             with contextlib.suppress(ValueError, OSError):
                 signal.setitimer(signal.ITIMER_REAL, 0)
+        if self._devnull is not None:
+            faulthandler.cancel_dump_traceback_later()
         return True
 
     def _alarm(self, _sig: int, _frame: object) -> None:
