@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
     from specconsole.config import Config, HostConfig
     from specconsole.hosts import Host
+    from specconsole.monitor import Fleet
 
 from specconsole.actions.steps import Steps
 
@@ -53,29 +56,52 @@ def resolve_config_path(given: str | None) -> str:
 # ------------------------------------------------------------------------------- status
 
 async def _status(args: argparse.Namespace) -> int:
+    """``status [--watch]``: SIGINT, SIGTERM and SIGHUP end it within the exit deadline at any
+    host count (the snapshot loop is cancelled, the fleet's stop is bounded, then a hard exit)."""
     from specconsole.config import load_config
     from specconsole.monitor import Fleet
-    from specconsole.report import status_json, status_text
+    from specconsole.shutdown import ExitGuard, signal_name
 
     config = load_config(resolve_config_path(args.config))
     fleet = Fleet(config)
-    await fleet.start()
+    loop = asyncio.get_running_loop()
+    body = asyncio.ensure_future(_status_snapshots(fleet, args))
+    guard = ExitGuard(note=lambda m: _stderr(f"specconsole: {m}"))
+    guard.install(lambda _sig: loop.call_soon_threadsafe(body.cancel))
     try:
-        statuses = await fleet.first_snapshot(args.timeout)
-        while True:
-            if args.json:
-                print(json.dumps(status_json(statuses), indent=None if args.watch else 2), flush=True)
-            else:
-                print(status_text(statuses), flush=True)
-            if not args.watch:
-                break
-            await asyncio.sleep(args.interval)
-            statuses = fleet.statuses()
-            if not args.json:
-                print(flush=True)
+        return await body
+    except asyncio.CancelledError:
+        if guard.signal is None:
+            raise
+        _stderr(f"specconsole: {signal_name(guard.signal)} received; stopped")
+        return 128 + guard.signal
     finally:
         await fleet.stop()
+
+
+async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
+    from specconsole.report import status_json, status_text
+
+    await fleet.start()
+    statuses = await fleet.first_snapshot(args.timeout)
+    while True:
+        if args.json:
+            print(json.dumps(status_json(statuses), indent=None if args.watch else 2), flush=True)
+        else:
+            print(status_text(statuses), flush=True)
+        if not args.watch:
+            break
+        await asyncio.sleep(args.interval)
+        statuses = fleet.statuses()
+        if not args.json:
+            print(flush=True)
     return 0 if all(s.reachable for s in statuses) else 1
+
+
+def _stderr(line: str) -> None:
+    """One line on stderr without Python's buffers (safe from any thread, at any moment)."""
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode())
 
 
 # ------------------------------------------------------------------------------ actions
@@ -216,7 +242,7 @@ def _console(args: argparse.Namespace) -> int:
     from specconsole.ui.app import run_console
 
     config = load_config(resolve_config_path(args.config))
-    return run_console(config, read_only=args.read_only, theme=args.theme)
+    return run_console(config, read_only=args.read_only, theme=args.theme, leave_process=True)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -267,7 +293,8 @@ def _demo(args: argparse.Namespace) -> int:
         from specconsole.ui.app import run_console
 
         _say("demo: opening the console (q quits and stops the demo)")
-        return run_console(load_config(lab.config_path), read_only=args.read_only, theme=args.theme)
+        return run_console(load_config(lab.config_path), read_only=args.read_only, theme=args.theme,
+                           cleanup=lab.down)  # a forced exit still stops the lab
     except KeyboardInterrupt:
         return 130
     finally:

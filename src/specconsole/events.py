@@ -52,6 +52,14 @@ class EventLog:
             callback(event)
         return event
 
+    def record(self, message: str, source: str = "console", level: Level = "info") -> Event:
+        """Keep and audit an event without notifying subscribers: safe from any thread even when
+        the UI's loop is stuck (used on the way out)."""
+        event = Event(message, source, level)
+        self.recent.append(event)
+        self._audit(event)
+        return event
+
     def _audit(self, event: Event) -> None:
         if self.audit_path is None:
             return

@@ -8,7 +8,6 @@ own samples: every source runs in its own self-rescheduling task.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +17,12 @@ from specconsole.config import Config, HostConfig
 from specconsole.events import EventLog
 from specconsole.hosts import Connection, ConnState, Host, make_host
 from specconsole.samples import Sample
+from specconsole.shutdown import STOP_TIMEOUT_S
 
 SOURCE_KINDS = ("gpu", "sglang", "training")
+
+#: After a stop's timeout, how long aborted connections get to wind down before we move on.
+ABORT_GRACE_S = 0.2
 
 #: ``listener(host_name, kind)`` where kind is a source kind or "connection".
 ChangeListener = Callable[[str, str], None]
@@ -70,6 +73,7 @@ class HostMonitor:
         self.samples: dict[str, Sample[Any]] = {}
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self._listeners: list[ChangeListener] = []
         self.host.add_listener(self._connection_changed)
 
@@ -128,25 +132,37 @@ class HostMonitor:
 
     async def _run_source(self, kind: str, source: Any) -> None:
         """A source's loop; if it ever crashes, the error is kept and the loop restarted."""
-        while True:
+        while not self._stopping:
             try:
                 await source.run(self._publisher(kind))
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # a bug in a source must not take the console down
+                if self._stopping:  # e.g. the host is closed: a cancellation got lost on the way
+                    return
                 self.events.emit(f"{kind} source failed: {err!r}; restarting in 2 s",
                                  self.config.name, "error")
                 await asyncio.sleep(2)
 
     async def stop(self) -> None:
+        """Cancel the sources and close the host together (closing the connection ends every
+        stream over it at once). Never swallows a cancellation of its own: bound it from outside."""
+        self._stopping = True
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        closing = asyncio.ensure_future(self.host.close())
+        try:
+            await asyncio.wait([*tasks, closing])
+        finally:
+            _retrieve([*tasks, closing])
+
+    def abort(self) -> None:
+        """Drop the host's connection now (a bounded stop's last step); the sources end with it."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
-        await self.host.close()
+        self.host.abort()
 
     def status(self) -> HostStatus:
         c = self.config
@@ -176,8 +192,22 @@ class Fleet:
         for m in self.monitors.values():
             await m.start()
 
-    async def stop(self) -> None:
-        await asyncio.gather(*(m.stop() for m in self.monitors.values()), return_exceptions=True)
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop every monitor at once, in at most about ``timeout`` s at any host count: whatever
+        has not finished by then has its connection aborted and is left behind cancelled."""
+        stops = [asyncio.ensure_future(m.stop()) for m in self.monitors.values()]
+        if not stops:
+            return
+        try:
+            _, pending = await asyncio.wait(stops, timeout=timeout)
+            if pending:
+                for m in self.monitors.values():
+                    m.abort()
+                _, pending = await asyncio.wait(pending, timeout=ABORT_GRACE_S)
+                for task in pending:
+                    task.cancel()
+        finally:
+            _retrieve(stops)
 
     def statuses(self) -> list[HostStatus]:
         return [m.status() for m in self.monitors.values()]
@@ -191,6 +221,13 @@ class Fleet:
                 return statuses
             await asyncio.sleep(0.05)
         return self.statuses()
+
+
+def _retrieve(tasks: list[asyncio.Future[Any]]) -> None:
+    """Collect finished tasks' exceptions (a stop reports nothing; asyncio must not log them)."""
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()
 
 
 def _given_up(status: HostStatus) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from specconsole.config import HostConfig
-from specconsole.errors import CommandFailed
+from specconsole.errors import CommandFailed, HostUnavailable
 from specconsole.hosts.commands import Command, to_shell
 
 
@@ -103,6 +103,7 @@ class Host(abc.ABC):
         self._status = Connection(ConnState.CONNECTING, since=time.time())
         self._listeners: list[Listener] = []
         self._connected = asyncio.Event()
+        self._closed = asyncio.Event()
 
     # -- connection state -------------------------------------------------------------
     @property
@@ -121,16 +122,28 @@ class Host(abc.ABC):
             self._connected.set()
         else:
             self._connected.clear()
+        if new.state is ConnState.CLOSED:
+            self._closed.set()
         for listener in list(self._listeners):
             listener(new)
 
     async def wait_connected(self, timeout: float | None = None) -> bool:
-        """True once connected; False if ``timeout`` passed first."""
+        """True once connected; False if ``timeout`` passed first. Raises
+        :class:`HostUnavailable` once the host is closed (nothing will connect it again), so
+        that a source loop ends even if its cancellation was lost on the way out."""
+        if self._connected.is_set():
+            return True
+        waits = [asyncio.ensure_future(self._connected.wait()), asyncio.ensure_future(self._closed.wait())]
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        if self._connected.is_set():
+            return True
+        if self._closed.is_set():
+            raise HostUnavailable(f"{self.name}: closed")
+        return False
 
     # -- operations ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -140,6 +153,9 @@ class Host(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Close the connection and everything streaming over it."""
+
+    def abort(self) -> None:  # noqa: B027 - a no-op unless the host holds a connection
+        """Drop the connection now, without waiting (the last step of a bounded shutdown)."""
 
     @abc.abstractmethod
     async def run(self, cmd: Command, *, timeout: float = 30.0, input: str | None = None) -> CommandResult:

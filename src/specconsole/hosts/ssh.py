@@ -28,6 +28,10 @@ from specconsole.hosts.commands import Command, stdin_watchdog, to_shell
 
 #: Lost connections are "reconnecting n" for this many attempts, then "down".
 RECONNECTING_ATTEMPTS = 3
+#: Closing: how long the supervisor and then the connection each get before being aborted.
+CLOSE_TIMEOUT_S = 1.0
+#: Closing one stream: how long its channel gets to close (the remote watchdog ends the command).
+STREAM_CLOSE_TIMEOUT_S = 3.0
 
 
 def backoff_delay(attempt: int, initial: float, cap: float) -> float:
@@ -73,7 +77,9 @@ class SshStream(StreamProcess):
             self._proc.stdin.write_eof()  # the watchdog on the host terminates the command
         with contextlib.suppress(Exception):
             self._proc.close()
-            await asyncio.wait_for(self._proc.wait_closed(), 3)
+            # asyncio.wait, not wait_for: on 3.11 wait_for loses a cancellation that arrives as
+            # the channel closes (as it does when the whole connection is being closed)
+            await asyncio.wait([asyncio.ensure_future(self._proc.wait_closed())], timeout=STREAM_CLOSE_TIMEOUT_S)
         self._stderr_task.cancel()
 
 
@@ -266,17 +272,33 @@ class SshHost(Host):
             await conn.wait_closed()
 
     async def close(self) -> None:
+        """Stop supervising and close the connection (every stream over it ends with it; the
+        host's stdin watchdogs end the remote commands). Bounded by :data:`CLOSE_TIMEOUT_S`
+        per step; never swallows its own cancellation."""
         self._closing.set()
+        task, self._task = self._task, None
+        if task is not None:  # first, so that a connection it is just making cannot slip past
+            task.cancel()
+            await asyncio.wait([task], timeout=CLOSE_TIMEOUT_S)
         conn, self._conn = self._conn, None
+        self._tunnels.clear()
         if conn is not None:
             conn.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.wait_closed(), 3)
+            closed = asyncio.ensure_future(conn.wait_closed())
+            await asyncio.wait([closed], timeout=CLOSE_TIMEOUT_S)
+            if not closed.done():
+                closed.cancel()
+                conn.abort()
+            elif not closed.cancelled():
+                closed.exception()  # retrieved: a close reports nothing
+        self._set_status(state=ConnState.CLOSED)
+
+    def abort(self) -> None:
+        self._closing.set()
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        self._set_status(state=ConnState.CLOSED)
+        if self._conn is not None:
+            self._conn.abort()
 
     def drop(self) -> None:
         """Abort the current connection (the supervisor reconnects); used by tests and actions."""

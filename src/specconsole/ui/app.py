@@ -25,6 +25,7 @@ import io
 import os
 import signal
 import sys
+import termios
 import threading
 import time
 from collections import deque
@@ -46,6 +47,7 @@ from specconsole import paths
 from specconsole.config import Config
 from specconsole.events import Event, EventLog
 from specconsole.monitor import HostStatus
+from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
 from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
@@ -66,6 +68,10 @@ from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_
 
 #: How soon after a connection change (or a host's first data) the panes are redrawn.
 COALESCE_S = 0.05
+
+#: What a forced exit writes to a live terminal: what Textual's application mode turned on, off.
+RESTORE_TERMINAL = (b"\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[?7h\x1b[<u"
+                    b"\x1b[?1049l\x1b[?25h\x1b[?1004l")
 
 W = TypeVar("W", bound=Widget)
 
@@ -103,6 +109,15 @@ class ConsoleApp(App[int]):
         self.handle_signals = handle_signals
         self.start_fleet = start_fleet
         self.exit_signal: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Future[None] | None = None
+        self._refresh_timer: Timer | None = None
+        self._leaving: asyncio.Future[None] | None = None
+        #: the ``specconsole`` command: on leaving, end the process once the terminal is restored
+        self.leave_process = False
+        # SIGHUP/SIGTERM/SIGINT and q: leave within the guard's deadline whatever the loop is doing
+        self.exit_guard = ExitGuard(note=lambda m: self.events.record(m, level="warning"),
+                                    restore=self._restore_terminal) if handle_signals else None
         self.first_full_frame_at: float | None = None
         self._dirty: set[str] = set()
         self._pending: Timer | None = None
@@ -185,12 +200,14 @@ class ConsoleApp(App[int]):
         yield Footer()
 
     async def on_mount(self) -> None:
-        if self.handle_signals:
-            self._install_signal_handlers()
+        self._loop = asyncio.get_running_loop()
+        if self.exit_guard is not None:
+            self.exit_guard.install(self._signal_received)
         self.fleet.subscribe(self._fleet_changed)
         if self._cli_theme and self._cli_theme != self.console_state.theme:
             self._remember_theme(self._cli_theme)
-        self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes, name="refresh")
+        self._refresh_timer = self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes,
+                                                name="refresh")
         if self.start_fleet:
             self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
         self.refresh_panes()
@@ -202,23 +219,87 @@ class ConsoleApp(App[int]):
             self.events.emit(f"starting the monitors failed: {err}", level="error")
 
     async def on_unmount(self) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.fleet.stop(), 10)
+        stopping = self._stopping or asyncio.ensure_future(self._stop_fleet())
+        await asyncio.wait([stopping], timeout=STOP_TIMEOUT_S + 0.5)  # the fleet's stop is bounded too
 
-    # -- signals and terminal loss -------------------------------------------------------
-    def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self._on_signal, sig)
+    # -- leaving: q, signals, the terminal going away ------------------------------------
+    def action_quit(self) -> None:  # type: ignore[override]
+        self._leave(0, None)
 
-    def _on_signal(self, sig: int) -> None:
+    def _signal_received(self, sig: int) -> None:
+        """From the signal handler (any moment, main thread): hand the exit to the loop."""
         self.exit_signal = sig
-        self.events.emit(f"{signal.Signals(sig).name} received; stopping the monitors and leaving", level="warning")
-        self.exit(128 + sig)
+        if sig == signal.SIGHUP and self.exit_guard is not None:
+            # the terminal is gone: nothing to restore, and the loop may already be stuck writing
+            # to it. The kernel closes our connections as we exit (the hosts' watchdogs end the
+            # streams); our local children are killed first.
+            self.exit_guard.force_exit(f"{signal_name(sig)} received: the terminal is gone; closing every "
+                                       "connection and leaving", restore=False)
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                self._loop.call_soon_threadsafe(
+                    self._leave, 128 + sig, f"{signal_name(sig)} received; stopping the monitors and leaving")
+
+    def _leave(self, code: int, message: str | None) -> None:
+        """Stop the monitors and the app together; the guard's deadline bounds the whole exit."""
+        if self._stopping is not None:
+            return
+        if self.exit_guard is not None:
+            self.exit_guard.arm(code, message or "quit")
+        if message:
+            self.events.emit(message, level="warning")
+        if self._refresh_timer is not None:  # no more redraws: the loop now serves the exit
+            self._refresh_timer.stop()
+        self._stopping = asyncio.ensure_future(self._stop_fleet())
+        if self.leave_process:
+            self._leaving = asyncio.ensure_future(self._leave_process(code))
+        else:
+            self.exit(code)
+
+    async def _leave_process(self, code: int) -> None:
+        """The ``specconsole`` command's way out: the monitors stopped (bounded), the terminal
+        restored as Textual's own exit does, our children gone, then the process ends at once,
+        without tearing down every widget and object one by one (seconds at many hosts)."""
+        assert self._stopping is not None
+        await asyncio.wait([self._stopping], timeout=STOP_TIMEOUT_S + 0.3)
+        driver = self._driver
+        if driver is not None and self.exit_signal != signal.SIGHUP:  # after SIGHUP no terminal is left
+            with contextlib.suppress(Exception):
+                driver.stop_application_mode()  # input thread stopped, modes and screen restored
+                driver.close()  # the output thread has written everything
+        kill_children(self.exit_guard.spare if self.exit_guard else frozenset())
+        for stream in (sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()  # type: ignore[union-attr]
+        os._exit(code)
+
+    async def _stop_fleet(self) -> None:
+        try:
+            await self.fleet.stop()
+        except Exception as err:  # leaving must not fail
+            self.events.record(f"stopping the monitors failed: {err!r}", level="error")
+
+    def _restore_terminal(self) -> None:
+        """Best effort before a forced exit: the terminal's modes as they were (never blocks long)."""
+        driver = self._driver
+        attrs, fd = getattr(driver, "attrs_before", None), getattr(driver, "fileno", None)
+        if attrs is None or not isinstance(fd, int):
+            return
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcsetattr(fd, termios.TCSANOW, attrs)
+
+        def write() -> None:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.write(sys.__stderr__.fileno(), RESTORE_TERMINAL)  # type: ignore[union-attr]
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(0.2)
 
     # -- change notifications (may come from any thread) ----------------------------------
     def _fleet_changed(self, host: str, kind: str) -> None:
+        if self._stopping is not None:
+            return  # leaving: hosts closing must not cost redraws
         if threading.get_ident() != self._thread_id:
             self.call_from_thread(self._fleet_changed, host, kind)
             return
@@ -419,8 +500,15 @@ class ConsoleApp(App[int]):
         await flows[action_id](self)
 
 
-def run_console(config: Config, *, read_only: bool, theme: str | None) -> int:
-    """The ``specconsole`` command without a subcommand: run the console until q or a signal."""
+def run_console(config: Config, *, read_only: bool, theme: str | None,
+                cleanup: Callable[[], None] | None = None, leave_process: bool = False) -> int:
+    """The ``specconsole`` command without a subcommand: run the console until q or a signal.
+
+    Leaving takes at most the exit deadline (:mod:`specconsole.shutdown`); a forced exit runs
+    ``cleanup`` first. ``leave_process``: once the console has stopped (terminal restored,
+    monitors stopped, children gone), end the process right away instead of waiting for the
+    interpreter's teardown of every object (seconds at many hosts on a busy machine).
+    """
     themes = load_themes()
     names = themes.names or ["textual-dark", "textual-light"]
     if theme and theme not in names:
@@ -432,10 +520,24 @@ def run_console(config: Config, *, read_only: bool, theme: str | None) -> int:
               "`specconsole status` (or `status --watch`)", file=sys.stderr)
         return 2
     app = ConsoleApp(config, read_only=read_only, theme=theme, themes=themes, handle_signals=True)
-    result = app.run()
-    if app.return_code not in (None, 0):
-        return int(app.return_code)
-    return int(result) if isinstance(result, int) else 0
+    guard = app.exit_guard
+    assert guard is not None
+    guard.cleanup = cleanup
+    app.leave_process = leave_process
+    try:
+        result = app.run()
+    finally:
+        guard.disarm()
+        guard.uninstall()
+        kill_children(guard.spare)  # local streams whose stop was cut short (not the demo's lab)
+    code = int(app.return_code) if app.return_code not in (None, 0) else (
+        int(result) if isinstance(result, int) else 0)
+    if leave_process:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    return code
 
 
 __all__ = ["REGISTRY", "ConsoleApp", "run_console"]
