@@ -125,3 +125,35 @@ def seed_history(history: History, now: float = FROZEN_NOW, points: int = 240) -
         history.series("serve", "util").add(at, 55.0 + 15 * math.sin(i / 14))
         history.series("serve", "tokens").add(at, 1700.0 + 300 * math.sin(i / 14) if i % 50 else None)
         history.series("serve", "accept").add(at, 6.2 + 0.3 * math.sin(i / 6))
+
+
+def sample_deploy_events(now: float = FROZEN_NOW) -> list[Any]:
+    """A deploy caught mid-restart: a fixed step list for the action view's snapshots."""
+    from specconsole.actions.steps import StepEvent
+
+    t0 = now - 14.2
+    rows: list[tuple[float, str, str, str, dict[str, Any]]] = [
+        (0.0, "step", "read the unit", "reading sglang.service", {}),
+        (0.1, "command", "read the unit", "systemctl cat sglang.service", {}),
+        (0.4, "result", "read the unit", "exit 0 in 0.30s: # /etc/systemd/system/sglang.service (+31 lines)",
+         {"exit_status": 0}),
+        (0.5, "step", "SGLang flags", "asking the installed SGLang which flags it has", {}),
+        (0.6, "command", "SGLang flags", "/opt/sglang/bin/python -m sglang.launch_server --help", {}),
+        (2.9, "result", "SGLang flags", "exit 0 in 2.30s: 1712 lines of --help", {"exit_status": 0}),
+        (3.0, "step", "draft model", "reading the draft model's config.json", {}),
+        (3.2, "info", "draft model", "architectures ['DFlashDraftModel'], block_size 16", {}),
+        (3.3, "step", "constraints", "checking SGLang's DFLASH constraints", {}),
+        (3.4, "info", "constraints", "block 16, window 16: draft window >= block size holds", {}),
+        (3.5, "step", "lock", "checking no other deploy is running", {}),
+        (3.7, "info", "lock", "plan: draft_window=16", {}),
+        (6.0, "step", "upload", "copying the deploy agent and plan to the host", {}),
+        (6.4, "step", "start the agent", "starting the supervised restart-verify-rollback step on the host", {}),
+        (6.7, "step", "write the drop-in", "writing zz-specconsole-deploy.conf", {}),
+        (6.9, "step", "restart", "restarting sglang.service", {}),
+        (7.0, "command", "restart", "systemctl restart sglang.service", {}),
+        (13.9, "heartbeat", "restart", "waiting for /health: 7s of 600s; HTTP 503; journal: loading draft "
+         "model weights (2/4 shards)", {}),
+    ]
+    return [StepEvent("deploy", kind, message if kind != "step" else message, step=step, host="serve",  # type: ignore[arg-type]
+                      elapsed_s=dt, at=t0 + dt, **extra)
+            for dt, kind, step, message, extra in rows]
