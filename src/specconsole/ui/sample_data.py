@@ -154,6 +154,31 @@ def sample_deploy_events(now: float = FROZEN_NOW) -> list[Any]:
         (13.9, "heartbeat", "restart", "waiting for /health: 7s of 600s; HTTP 503; journal: loading draft "
          "model weights (2/4 shards)", {}),
     ]
-    return [StepEvent("deploy", kind, message if kind != "step" else message, step=step, host="serve",  # type: ignore[arg-type]
+    return [StepEvent("deploy", kind, message, step=step, host="serve",  # type: ignore[arg-type]
                       elapsed_s=dt, at=t0 + dt, **extra)
             for dt, kind, step, message, extra in rows]
+
+
+SAMPLE_TASKS = ("fizzbuzz", "binary_search", "linked_list_reverse", "json_parser", "async_rate_limiter",
+                "trie_autocomplete", "merge_sort", "lru_cache", "graph_bfs", "matrix_multiply")
+
+
+def sample_runs() -> list[Any]:
+    """Three stored eval runs (published baseline, ours, vanilla) with fixed numbers."""
+    from specconsole.eval.store import Deployment, EvalRun, TaskResult
+
+    def run(run_id: str, label: str, when: str, base: float, algo: str | None, tps: float,
+            kind: str = "measured") -> EvalRun:
+        tasks = tuple(TaskResult(t, acceptance_length=round(base + (i % 4) * 0.37 - (i % 3) * 0.21, 2) if algo
+                                 else 1.0, tokens_per_s=round(tps * (1 + (i % 5) * 0.03), 1),
+                                 latency_s=round(2.0 + i * 0.11, 2))
+                      for i, t in enumerate(SAMPLE_TASKS))
+        dep = Deployment(algo, block_size=16 if algo else None, draft_window=16 if algo else None,
+                         draft_model="/models/dflash-qwen3-8b-b16" if algo else None, model="/models/Qwen3-8B")
+        return EvalRun(id=run_id, label=label, created_at=when, deployment=dep, tasks=tasks,
+                       source={"kind": kind})
+
+    return [run("zlab-b16", "z-lab DFlash b16 (published)", "2026-11-01T00:00:00Z", 6.4, "DFLASH", 1810.0,
+                "published"),
+            run("ours-4000", "ours step 4000", "2026-12-01T00:00:00Z", 5.9, "DFLASH", 1690.0),
+            run("vanilla", "vanilla (Qwen3-8B)", "2026-12-02T00:00:00Z", 1.0, None, 420.0)]
