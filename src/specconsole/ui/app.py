@@ -411,7 +411,7 @@ class ConsoleApp(App[int]):
         into view above the panel."""
         panel = self.query_one(ActionPanel)
         panel.start(title, host, self.clock())
-        self.notify(f"{title}: started; steps below", title=title, timeout=4)
+        self.notify("started; its steps are in the action view below", title=title, timeout=4)
         if scroll_to:
             target = self._one(Widget, f".{scroll_to}-pane")
             if target is not None:

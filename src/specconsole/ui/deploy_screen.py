@@ -118,7 +118,7 @@ class DeployForm(ModalScreen[DeployPlan | None]):
         ("algorithm", "Speculative algorithm", ""),
         ("draft_window", "DFLASH draft window", ">= the block size"),
         ("block_size", "Block size", "empty: the draft model's config.json"),
-        ("draft_model", "Draft model path on the host", "empty: keep / from the config"),
+        ("draft_model", "Draft model path", "on the host; empty: keep / from the config"),
     )
 
     def __init__(self, values: dict[str, str], *, discover: Discover | None = None,

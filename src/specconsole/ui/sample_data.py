@@ -182,3 +182,46 @@ def sample_runs() -> list[Any]:
                 "published"),
             run("ours-4000", "ours step 4000", "2026-12-01T00:00:00Z", 5.9, "DFLASH", 1690.0),
             run("vanilla", "vanilla (Qwen3-8B)", "2026-12-02T00:00:00Z", 1.0, None, 420.0)]
+
+
+SAMPLE_UNIT = """# /etc/systemd/system/sglang.service
+[Unit]
+Description=SGLang server
+[Service]
+ExecStart=/opt/sglang/bin/python -m sglang.launch_server --model-path /models/Qwen3-8B --port 30000 \\
+  --tp-size 2 --speculative-algorithm NEXTN --speculative-draft-model-path /models/dflash-qwen3-8b-b16 \\
+  --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-metrics
+Restart=on-failure
+"""
+
+
+def sample_plan() -> Any:
+    """A deploy plan NEXTN -> DFLASH window 16 (the plan dialog's snapshot), built like preflight does."""
+    from importlib.resources import files
+
+    from specconsole.actions.deploy import DeployPlan
+    from specconsole.actions.sglang_flags import Argv, SglangCli
+    from specconsole.actions.unit import dropin_text, parse_unit
+
+    unit = parse_unit("sglang.service", SAMPLE_UNIT)
+    cli = SglangCli.from_help(files("specconsole.lab.data").joinpath("serve-help-0.5.23.txt").read_text())
+    args = Argv.parse(unit.exec_start, cli)
+    concepts = ("algorithm", "draft_model", "block_size", "num_draft_tokens", "draft_window", "num_steps",
+                "eagle_topk")
+    names = {c: n for c in concepts if (n := cli.name_for(c))}
+    current = {c: args.get(cli.aliases(n)) for c, n in names.items()}
+    new = dict(current, algorithm="DFLASH", block_size="16", num_draft_tokens="16", draft_window="16",
+               num_steps=None, eagle_topk=None)
+    for concept, value in new.items():
+        if value is None:
+            args.remove(cli.aliases(names[concept]))
+        else:
+            args.set(names[concept], value, cli.aliases(names[concept]))
+    plan = DeployPlan(host="serve", unit=unit, cli=cli, version="0.5.23", old_argv=unit.exec_start,
+                      new_argv=args.argv(), current=current, new=new, flag_names=names, old_dropin=None,
+                      new_dropin="", expect={}, base_url="http://127.0.0.1:30000", draft_config=None,
+                      gpu_lines=["GPU 0: 25771 MiB free of 143771 MiB (the restart frees what the old server holds)",
+                                 "GPU 1: 25771 MiB free of 143771 MiB (the restart frees what the old server holds)"],
+                      id="20250602-093000-abc123")
+    plan.new_dropin = dropin_text(plan.new_argv, f"deploy {plan.id}: {plan.summary()}")
+    return plan
