@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import threading
 import time
@@ -364,5 +365,5 @@ async def test_a_status_line_at_least_every_second_between_tasks(suite: Suite) -
     assert beats, [e.line() for e in events]
     assert all("waiting for /generate: slow_task" in e.message and "0/1 done" in e.message for e in beats)
     during = [e.at for e in events if e.step == "tasks"]
-    gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
     assert max(gaps) <= 1.0 + 0.5, (gaps, [e.line() for e in events])  # the 0.8 s cadence, with CPU slack
