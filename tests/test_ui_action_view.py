@@ -241,3 +241,26 @@ async def test_event_lines_wrap_at_80_columns(tmp_path: Path) -> None:
         await pilot.pause()
         screen = app.screen_text()
         assert "END-OF-LINE" in screen, screen  # not cut: the rest is on the next rows
+
+
+async def test_form_algorithm_is_picked_from_the_list_then_enter_moves_on(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+
+    async def discover() -> list[str]:
+        return ["EAGLE", "NEXTN", "DFLASH"]
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.push_screen(DeployForm({"algorithm": "DFLASH", "draft_window": "16", "block_size": "",
+                                    "draft_model": ""}, discover=discover))
+        await pilot.pause(0.2)
+        form = app.screen
+        select = form.query_one("#deploy-algorithm", Select)
+        assert select.value == "DFLASH" and app.focused is form.query_one("#deploy-draft_window", Input)
+        select.focus()
+        await pilot.press("enter")  # opens the list (on DFLASH)
+        await pilot.pause()
+        await pilot.press("up", "enter")
+        await pilot.pause()
+        assert select.value == "NEXTN"
+        assert app.focused is form.query_one("#deploy-draft_window", Input)

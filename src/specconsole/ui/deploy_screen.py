@@ -171,8 +171,9 @@ class DeployForm(ModalScreen[DeployPlan | None]):
         if isinstance(current, str) and current not in choices:
             choices.append(current)
         select = self.query_one("#deploy-algorithm", Select)
-        select.set_options([(c, c) for c in choices])
-        select.value = current if isinstance(current, str) else choices[0]
+        with select.prevent(Select.Changed):  # not the operator's choice: the focus stays where it is
+            select.set_options([(c, c) for c in choices])
+            select.value = current if isinstance(current, str) else choices[0]
         if problem:
             self._status(f"algorithms: {escape(problem)}; offering {', '.join(choices)}", error=True)
         else:
@@ -250,8 +251,11 @@ class DeployForm(ModalScreen[DeployPlan | None]):
             self.set_error(key, self.validate_field(key))
 
     def on_select_changed(self, event: Select.Changed) -> None:
+        """An algorithm picked (Enter in the list): on to the draft window."""
         event.stop()
         self.set_error("algorithm", "")
+        if self.is_mounted and self.focused is event.select:
+            self.query_one("#deploy-draft_window", Input).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
