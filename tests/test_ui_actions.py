@@ -145,7 +145,9 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         assert isinstance(app.screen, DeployForm) and app.focused is window
         assert "a whole number, got 'abc'" in str(form.query_one("#error-draft_window", Static).render())
         window.value = "8"
-        await pilot.click("#plan")  # fine as a number; preflight refuses it (block size 16 from config.json)
+        await pilot.press("enter", "enter", "enter")  # fine as a number: on through the fields to Plan
+        assert isinstance(app.focused, Button) and app.focused.id == "plan"
+        await pilot.press("enter")  # preflight refuses it (block size 16 from the draft's config.json)
         await wait_for(pilot, lambda: "smaller than the block size 16" in
                        str(form.query_one("#error-draft_window", Static).render()), "the refusal beside the field")
         assert isinstance(app.screen, DeployForm) and form.query_one("#error-draft_window").display

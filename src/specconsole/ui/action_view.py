@@ -24,7 +24,7 @@ from specconsole.actions.steps import StepEvent
 
 #: Step marks: readable without colour.
 MARKS = {"running": "▶", "ok": "✓", "failed": "✗", "warning": "!"}
-NAME_WIDTH = 22
+NAME_WIDTH = 24
 
 
 @dataclass
@@ -96,9 +96,7 @@ class ActionTrack:
             row.command = event.message
             row.outcome = None
         elif event.kind == "result":
-            row.outcome = event.message
-            if event.exit_status not in (None, 0):
-                row.state = "warning" if row.state == "running" else row.state
+            row.outcome = event.message  # a probe's non-zero exit is not a problem by itself
         elif event.kind in ("info", "warning", "error"):
             row.outcome = event.message
             if event.kind == "error":

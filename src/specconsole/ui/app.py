@@ -437,6 +437,11 @@ class ConsoleApp(App[int]):
         if not panel.close():
             self.notify("the action is still running; its view closes when it ends", severity="warning",
                         timeout=4)
+            return
+        screen = self.main_screen
+        if screen is not None:  # the rows it covered are the body's again: repaint them all
+            screen.refresh(layout=True)
+            self.call_after_refresh(screen.refresh, repaint=True)
 
     def action_kill_training(self) -> None:
         self._start_flow("kill_training")

@@ -67,11 +67,15 @@ def serving_state(app: ConsoleApp, name: str) -> str:
 
 def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None) -> str:
     """``train: training stopped at step N`` after a kill; the live step otherwise."""
-    if track is not None and track.ok and track.final is not None and "stopped" in track.final.message:
-        m = re.search(r"at step (\d+)", track.final.message)
-        return f"{name}: training stopped" + (f" at step {m.group(1)}" if m else "")
     status = app.statuses().get(name)
     sample = status.training if status is not None else None
+    if track is not None and track.ok and track.final is not None and "stopped" in track.final.message:
+        # the kill names the step it saw; the log, read after the processes ended, may be further on
+        m = re.search(r"at step (\d+)", track.final.message)
+        steps = [int(m.group(1))] if m else []
+        if sample is not None and getattr(sample.value, "step", None) is not None:
+            steps.append(int(sample.value.step))
+        return f"{name}: training stopped" + (f" at step {max(steps)}" if steps else "")
     if status is not None and not status.reachable:
         return f"{name}: host not reachable"
     if sample is None:

@@ -101,7 +101,7 @@ class ConfirmScreen(ModalScreen[bool]):
             with VerticalScroll(id="confirm-scroll", classes="dialog-scroll"):
                 yield from self.body()
             with Horizontal(classes="dialog-buttons"):
-                yield Static("PgDn/PgUp: scroll", classes="dialog-keys")
+                yield Static("PgDn: more", classes="dialog-keys")
                 yield Button("Cancel", id="cancel", variant="primary", compact=True)
                 yield Button(self.confirm_label, id="confirm-button",
                              variant="error" if self.destructive else "success", compact=True)
