@@ -39,7 +39,7 @@ def frozen(tmp_path: Path) -> ConsoleApp:
 
 def test_track_builds_steps_from_events() -> None:
     events = sd.sample_deploy_events()
-    track = ActionTrack("Deploy to serve", "serve", events[0].at + 5)
+    track = ActionTrack("Deploy to serve", "serve", events[0].at + 5, action="deploy")
     for e in events:
         track.feed(e)
     names = [r.name for r in track.rows]
@@ -264,3 +264,20 @@ async def test_form_algorithm_is_picked_from_the_list_then_enter_moves_on(tmp_pa
         await pilot.pause()
         assert select.value == "NEXTN"
         assert app.focused is form.query_one("#deploy-draft_window", Input)
+
+
+async def test_a_second_action_does_not_take_over_a_running_view(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app.open_action("deploy", "Deploy to serve", "serve")
+        events = sd.sample_deploy_events()
+        app.action_emit(events[0])
+        panel = app.open_action("eval", "Eval run", "serve")  # e while the deploy runs
+        app.action_emit(StepEvent("eval", "step", "reading /server_info", step="deployment", at=events[0].at + 1))
+        await pilot.pause()
+        assert panel.track is not None and panel.track.title == "Deploy to serve"
+        assert [r.name for r in panel.track.rows] == ["read the unit"]
+        app.action_emit(StepEvent("deploy", "done", "deployed", at=events[0].at + 2))
+        app.open_action("eval", "Eval run", "serve")  # once it has finished, the next action takes the view
+        assert panel.track.title == "Eval run" and panel.track.action == "eval"

@@ -49,6 +49,7 @@ class ActionTrack:
     title: str
     host: str
     started_at: float
+    action: str = ""          # the Steps' action name (``deploy``, ``kill-training``, ``eval``)
     rows: list[StepRow] = field(default_factory=list)
     latest: str = ""          # the latest heartbeat (or, between heartbeats, the latest event)
     final: StepEvent | None = None
@@ -145,19 +146,28 @@ class ActionPanel(Vertical):
         yield Static("", id="action-latest")
         yield Static("", id="action-state")
 
-    def start(self, title: str, host: str, now: float, state: Callable[[], str] | None = None) -> ActionTrack:
+    @property
+    def busy(self) -> bool:
+        """An action is shown and still running."""
+        return self.track is not None and not self.track.finished
+
+    def start(self, action: str, title: str, host: str, now: float,
+              state: Callable[[], str] | None = None) -> ActionTrack:
         """Show a new action (replacing a finished one)."""
-        self.track = ActionTrack(title, host, now)
+        self.track = ActionTrack(title, host, now, action=action)
         self.state_fn = state
         self._shown_count = -1
         self.display = True
         self.redraw(now)
         return self.track
 
-    def feed(self, event: StepEvent) -> None:
-        if self.track is not None:
-            self.track.feed(event)
-            self.redraw(event.at)
+    def feed(self, event: StepEvent) -> bool:
+        """Show ``event`` if it belongs to the action shown (False: it does not)."""
+        if self.track is None or (self.track.action and event.action != self.track.action):
+            return False
+        self.track.feed(event)
+        self.redraw(event.at)
+        return True
 
     def close(self) -> bool:
         """Hide the panel; refused (False) while its action still runs."""

@@ -388,9 +388,8 @@ class ConsoleApp(App[int]):
         from specconsole.ui.flows import serving_state
 
         serve = self.config.serve_hosts[0].name if self.config.serve_hosts else ""
-        panel = self.open_action("eval", "Eval run", serve, scroll_to="eval")
-        if serve:
-            panel.state_fn = lambda: serving_state(self, serve)
+        panel = self.open_action("eval", "Eval run", serve, scroll_to="eval",
+                                 state=(lambda: serving_state(self, serve)) if serve else None)
 
         def both(event: StepEvent) -> None:
             emit(event)
@@ -399,18 +398,25 @@ class ConsoleApp(App[int]):
         try:
             return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result)
         except Exception as err:
-            if panel.track is not None and not panel.track.finished:
+            if panel.track is not None and panel.track.action == "eval" and not panel.track.finished:
                 self.action_emit(StepEvent("eval", "failed", str(err).splitlines()[0] if str(err) else repr(err)))
             raise
 
     # -- the action view ---------------------------------------------------------------
-    def open_action(self, action: str, title: str, host: str, *, scroll_to: str | None = None) -> ActionPanel:
+    def open_action(self, action: str, title: str, host: str, *, state: Callable[[], str] | None = None,
+                    scroll_to: str | None = None) -> ActionPanel:
         """Show the action view for a new action (a toast says it started); feed it with :meth:`action_emit`.
 
-        ``scroll_to``: the pane that matters for it (``serving``, ``training``, ``eval``) is scrolled
-        into view above the panel."""
+        ``action`` is the name its step events carry; ``state`` gives the view's last line (the
+        host's state); ``scroll_to``: the pane that matters for it (``serving``, ``training``,
+        ``eval``) is scrolled into view. While another action's view is still running, that one stays
+        and this action reports in Events and toasts only."""
         panel = self.query_one(ActionPanel)
-        panel.start(title, host, self.clock())
+        if panel.busy and panel.track is not None and panel.track.action != action:
+            self.notify(f"started; its steps are in Events (the action view follows {panel.track.title})",
+                        title=title, timeout=6)
+            return panel
+        panel.start(action, title, host, self.clock(), state)
         self.notify("started; its steps are in the action view below", title=title, timeout=4)
         if scroll_to:
             target = self._one(Widget, f".{scroll_to}-pane")
@@ -419,12 +425,13 @@ class ConsoleApp(App[int]):
         return panel
 
     def action_emit(self, event: StepEvent) -> None:
-        """A step event of the running action: into the action view; a toast when it ends."""
+        """A step event of a running action: into the action view (when it is the one shown); a toast
+        when it ends."""
         panel = self._one(ActionPanel)
         if panel is None:
             return
-        panel.feed(event)
-        title = panel.track.title if panel.track is not None else event.action
+        shown = panel.feed(event)
+        title = panel.track.title if shown and panel.track is not None else event.action
         if event.kind == "done":
             self.notify(event.message, title=f"{title}: done", timeout=8)
         elif event.kind == "failed":
@@ -463,8 +470,10 @@ class ConsoleApp(App[int]):
             except Exception as err:
                 self.events.emit(f"{BY_ID[action_id].description.lower()}: failed: {err!r}", level="error")
                 panel = self._one(ActionPanel)
-                if panel is not None and panel.track is not None and not panel.track.finished:
-                    self.action_emit(StepEvent(action_id, "failed", f"failed: {err!r}"))
+                action = {"kill_training": "kill-training"}.get(action_id, action_id)
+                if panel is not None and panel.track is not None and panel.track.action == action \
+                        and not panel.track.finished:
+                    self.action_emit(StepEvent(action, "failed", f"failed: {err!r}"))
             finally:
                 self._action_running = None
 

@@ -95,8 +95,12 @@ async def kill_training_flow(app: ConsoleApp) -> None:
     if found is None:
         return
     cfg, host = found
-    view = app.open_action("kill-training", f"Kill training on {cfg.name}", cfg.name, scroll_to="training")
-    view.state_fn = lambda: training_state(app, cfg.name, view.track)
+    view = app.open_action("kill-training", f"Kill training on {cfg.name}", cfg.name, scroll_to="training",
+                           state=lambda: training_state(app, cfg.name, mine()))
+
+    def mine() -> ActionTrack | None:
+        return view.track if view.track is not None and view.track.action == "kill-training" else None
+
     steps = Steps("kill-training", audit(app.events, also=app.action_emit), host=cfg.name)
     try:
         plan = await find_job(host, cfg, steps, current_step=_current_step(app, cfg.name))
@@ -124,8 +128,8 @@ async def deploy_flow(app: ConsoleApp) -> None:
     if found is None:
         return
     cfg, host = found
-    view = app.open_action("deploy", f"Deploy to {cfg.name}", cfg.name, scroll_to="serving")
-    view.state_fn = lambda: serving_state(app, cfg.name)
+    app.open_action("deploy", f"Deploy to {cfg.name}", cfg.name, scroll_to="serving",
+                    state=lambda: serving_state(app, cfg.name))
     steps = Steps("deploy", audit(app.events, also=app.action_emit), host=cfg.name)
 
     async def discover() -> list[str]:
