@@ -212,3 +212,33 @@ async def test_a_run_imported_by_the_cli_appears_within_two_seconds(store: Resul
         assert took <= WATCH_S + 1.0, took
         lst = pane.query_one("#eval-run-list", SelectionList)
         assert "imported DFlash b16" in str(lst.get_option_at_index(lst.option_count - 1).prompt)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (200, 50)], ids=["120x40", "200x50"])
+async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  size: tuple[int, int]) -> None:
+    """In the console's own layout: whole task names, the ratio % column on screen (no sideways
+    scrolling), the task column fixed when the table does scroll sideways."""
+    from specconsole.ui import sample_data as sd
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    store = ResultStore(tmp_path / "results")
+    for run in sd.sample_runs():
+        store.save(run)
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(store.root))
+    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(sd.FROZEN_NOW),
+                     clock=lambda: sd.FROZEN_NOW, themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        pane = app.query_one(EvalPane)
+        pane.select_runs(["zlab-b16", "ours-4000"], baseline="zlab-b16")
+        table = pane.query_one("#eval-table", DataTable)
+        table.focus()  # tab reaches it; focusing scrolls it into view
+        await pilot.pause(0.3)
+        screen = app.screen_text()
+        assert "ours / z-lab" in screen, screen
+        assert "linked_list_reverse" in screen and "async_rate_limiter" in screen  # not squeezed
+        rows = [line.rstrip(" │▁▂▃▄▅▆▇█") for line in screen.splitlines() if "fizzbuzz" in line]
+        assert rows and rows[0].endswith("%"), screen
+        assert table.fixed_columns == 1
