@@ -178,7 +178,12 @@ class ActionPanel(Vertical):
 
     @property
     def state_line(self) -> str:
-        return self.state_fn() if self.state_fn is not None else ""
+        if self.state_fn is None:
+            return ""
+        try:
+            return self.state_fn()
+        except Exception as err:  # a status that cannot be read must not take the console down
+            return f"host state unknown ({type(err).__name__}: {err})"
 
     def redraw(self, now: float) -> None:
         track = self.track

@@ -90,17 +90,19 @@ def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None)
 async def kill_training_flow(app: ConsoleApp) -> None:
     """Find the job, show what will be killed (Cancel focused), then stop it step by step."""
     from specconsole.actions.kill import find_job, kill_job
+    from specconsole.ui.action_view import ActionPanel
 
     found = _host(app, "train", "Kill training")
     if found is None:
         return
     cfg, host = found
-    view = app.open_action("kill-training", f"Kill training on {cfg.name}", cfg.name, scroll_to="training",
-                           state=lambda: training_state(app, cfg.name, mine()))
+    panel = app.query_one(ActionPanel)
 
     def mine() -> ActionTrack | None:
-        return view.track if view.track is not None and view.track.action == "kill-training" else None
+        return panel.track if panel.track is not None and panel.track.action == "kill-training" else None
 
+    app.open_action("kill-training", f"Kill training on {cfg.name}", cfg.name, scroll_to="training",
+                    state=lambda: training_state(app, cfg.name, mine()))
     steps = Steps("kill-training", audit(app.events, also=app.action_emit), host=cfg.name)
     try:
         plan = await find_job(host, cfg, steps, current_step=_current_step(app, cfg.name))
