@@ -403,6 +403,14 @@ class ConsoleApp(App[int]):
             raise
 
     # -- the action view ---------------------------------------------------------------
+    @property
+    def action_panel(self) -> ActionPanel:
+        """The action view (on the console's own screen, also while a dialog is open)."""
+        panel = self._one(ActionPanel)
+        if panel is None:
+            raise NoMatches("the console's screen has no action view yet")
+        return panel
+
     def open_action(self, action: str, title: str, host: str, *, state: Callable[[], str] | None = None,
                     scroll_to: str | None = None) -> ActionPanel:
         """Show the action view for a new action (a toast says it started); feed it with :meth:`action_emit`.
@@ -411,7 +419,7 @@ class ConsoleApp(App[int]):
         host's state); ``scroll_to``: the pane that matters for it (``serving``, ``training``,
         ``eval``) is scrolled into view. While another action's view is still running, that one stays
         and this action reports in Events and toasts only."""
-        panel = self.query_one(ActionPanel)
+        panel = self.action_panel
         if panel.busy and panel.track is not None and panel.track.action != action:
             self.notify(f"started; its steps are in Events (the action view follows {panel.track.title})",
                         title=title, timeout=6)

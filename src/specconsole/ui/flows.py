@@ -90,13 +90,12 @@ def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None)
 async def kill_training_flow(app: ConsoleApp) -> None:
     """Find the job, show what will be killed (Cancel focused), then stop it step by step."""
     from specconsole.actions.kill import find_job, kill_job
-    from specconsole.ui.action_view import ActionPanel
 
     found = _host(app, "train", "Kill training")
     if found is None:
         return
     cfg, host = found
-    panel = app.query_one(ActionPanel)
+    panel = app.action_panel
 
     def mine() -> ActionTrack | None:
         return panel.track if panel.track is not None and panel.track.action == "kill-training" else None
