@@ -1,6 +1,6 @@
 """The operator's story in a real tmux at 80x24 (issue 10), read from the screen only.
 
-`specconsole demo` runs in a tmux of its own (private socket, no status bar, 80x24). A recorder
+`specconsole demo` runs in a tmux server of its own (a socket in the test's folder, no status bar, 80x24). A recorder
 captures the pane every 0.25 s while the test, like an operator, kills training (k, Tab, Enter)
 and then deploys DFLASH with a draft window of 16 (d, Enter through the form, Tab, Enter on the
 plan). Asserted from the captured frames:
@@ -181,13 +181,13 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
         pytest.fail("tmux is required: apt-get install -y tmux (scripts/setup.sh does this)")
     exe = Path(sys.executable).parent / "specconsole"
     lab = tmp_path / "demo"
-    socket = f"specconsole-story-{os.getpid()}"
+    socket = tmp_path / "tmux.sock"  # a private tmux server, gone with the test's folder
     conf = tmp_path / "tmux.conf"
     conf.write_text("set -g status off\nset -g default-terminal xterm-256color\n")
     env = {**os.environ, "SPECCONSOLE_EVAL_RESULTS": str(tmp_path / "eval"), "TERM": "xterm-256color"}
 
     def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", socket, "-f", str(conf), *args], capture_output=True, text=True,
+        return subprocess.run(["tmux", "-S", str(socket), "-f", str(conf), *args], capture_output=True, text=True,
                               timeout=20, env=env).stdout
 
     def keys(*names: str) -> None:
