@@ -32,13 +32,14 @@ wait_for "gen [0-9.]+k? tok/s" 60 "tokens/s on the serving pane"
 wait_for "step [0-9,]+/" 90 "the training step"
 if [ "$QUICK" != "--quick" ]; then
   tmux send-keys -t "$S" k
-  wait_for "Kill training on train" 30 "the kill dialog"
+  wait_for "Kill training on train\?" 60 "the kill dialog"
   tmux send-keys -t "$S" Tab Enter
   wait_for "training job stopped on train" 90 "the job stopped"
   tmux send-keys -t "$S" d
   wait_for "DFLASH draft window" 30 "the deploy form"
-  tmux send-keys -t "$S" Enter
-  wait_for "Deploy to serve" 60 "the deploy plan"
+  wait_for "algorithms from the host|offering" 60 "the algorithm choices"
+  for _ in 1 2 3 4; do tmux send-keys -t "$S" Enter; sleep 0.3; done  # Enter: field by field, then Plan
+  wait_for "Deploy to serve\?" 60 "the deploy plan"
   tmux send-keys -t "$S" Tab Enter
   wait_for "deployed: " 120 "the deploy to finish"
   PORT=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['sglang_port'])" "$DIR/state.json")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ from textual.widgets import DataTable, SelectionList, Static
 from specconsole.eval.cli import start_eval
 from specconsole.eval.simlab import SimServer, dflash_draft_dir
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
-from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, EvalPane
+from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,8 +76,8 @@ async def test_pane_renders_the_comparison(store: ResultStore) -> None:
         pane.select_runs(["ours-4000", "zlab"], baseline="zlab")
         await pilot.pause()
         table = pane.query_one("#eval-table", DataTable)
-        assert _columns(table) == ["task", "ours step 4000, DDTree-8", "★ baseline (z-lab), DDTree-8",
-                                   "ours / baseline"]
+        # short names head the columns (so the ratio fits beside the task); the title spells them out
+        assert _columns(table) == ["task", "ours", "★ baseline", "ours / baseline"]
         assert [str(k.value) for k in table.rows] == ["fizzbuzz", "binary_search", "lru_cache", AVERAGE_ROW]
         assert _cell(table, "fizzbuzz", "ours-4000") == "8.00 ▲"  # best
         assert _cell(table, "binary_search", "ours-4000") == "6.50 ▼"  # worst
@@ -87,7 +91,8 @@ async def test_pane_renders_the_comparison(store: ResultStore) -> None:
         colours = app.get_css_variables()
         assert isinstance(best, Text) and colours["success"] in str(best.style)
         assert isinstance(worst, Text) and colours["error"] in str(worst.style)
-        assert "baseline ★ baseline (z-lab), DDTree-8" in str(pane.query_one("#eval-title", Static).content)
+        title = str(pane.query_one("#eval-title", Static).content)
+        assert "baseline ★ baseline (z-lab), DDTree-8" in title and "[b]ours[/] = ours step 4000, DDTree-8" in title
 
         # add the vanilla run from the list (space) and see the speedup row
         lst = pane.query_one("#eval-run-list", SelectionList)
@@ -159,3 +164,81 @@ async def test_e_starts_a_live_run_against_the_simulator(store: ResultStore, tmp
             assert _cell(table, "fizzbuzz", run.id).split()[0] == f"{value:.2f}"
             assert _cell(table, AVERAGE_ROW, f"ratio:{run.id}") == f"{run.average() / 11.0 * 100:.1f} %"
             assert run.deployment.draft_window == 32
+
+
+def _marks(pane: EvalPane) -> list[str]:
+    lst = pane.query_one("#eval-run-list", SelectionList)
+    return [str(lst.get_option_at_index(i).prompt)[:3] for i in range(lst.option_count)]
+
+
+async def test_space_toggles_the_highlighted_run_with_a_mark_readable_without_colour(store: ResultStore) -> None:
+    pane = EvalPane(store, id="eval")
+    app = PaneApp(pane)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert _marks(pane) == ["[ ]", "[x]", "[x]"]  # the newest two are selected at first
+        lst = pane.query_one("#eval-run-list", SelectionList)
+        lst.highlighted = 0
+        pane.query_one("#eval-table", DataTable).focus()  # space works wherever the focus is in the pane
+        await pilot.press("space")
+        await pilot.pause()
+        assert [r.id for r in pane.selected] == ["zlab", "ours-4000", "vanilla"]
+        assert _marks(pane) == ["[x]", "[x]", "[x]"]
+        await pilot.press("space")
+        await pilot.pause()
+        assert _marks(pane) == ["[ ]", "[x]", "[x]"] and [r.id for r in pane.selected] == ["ours-4000", "vanilla"]
+
+
+async def test_a_run_imported_by_the_cli_appears_within_two_seconds(store: ResultStore, tmp_path: Path) -> None:
+    """`specconsole eval import FILE` in another process: the pane shows the run without a restart."""
+    other = ResultStore(tmp_path / "elsewhere")
+    saved = other.save(_run("imported-b16", "imported DFlash b16", "2026-12-03T00:00:00Z",
+                            {"fizzbuzz": 9.0, "binary_search": 8.0, "lru_cache": 8.5}))
+    pane = EvalPane(store, id="eval")
+    app = PaneApp(pane)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert "imported-b16" not in [r.id for r in pane.runs]
+        exe = Path(sys.executable).parent / "specconsole"
+        res = subprocess.run([str(exe), "eval", "import", str(saved.path)], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "SPECCONSOLE_EVAL_RESULTS": str(store.root)})
+        assert res.returncode == 0, res.stderr
+        imported = time.monotonic()
+        while "imported-b16" not in [r.id for r in pane.runs] and time.monotonic() - imported < 10:
+            await pilot.pause(0.05)
+        took = time.monotonic() - imported
+        assert "imported-b16" in [r.id for r in pane.runs]
+        # the folder is checked every WATCH_S: the run shows on the next check, well within 2 s
+        assert took <= WATCH_S + 1.0, took
+        lst = pane.query_one("#eval-run-list", SelectionList)
+        assert "imported DFlash b16" in str(lst.get_option_at_index(lst.option_count - 1).prompt)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (200, 50)], ids=["120x40", "200x50"])
+async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  size: tuple[int, int]) -> None:
+    """In the console's own layout: whole task names, the ratio % column on screen (no sideways
+    scrolling), the task column fixed when the table does scroll sideways."""
+    from specconsole.ui import sample_data as sd
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    store = ResultStore(tmp_path / "results")
+    for run in sd.sample_runs():
+        store.save(run)
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(store.root))
+    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(sd.FROZEN_NOW),
+                     clock=lambda: sd.FROZEN_NOW, themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        pane = app.query_one(EvalPane)
+        pane.select_runs(["zlab-b16", "ours-4000"], baseline="zlab-b16")
+        table = pane.query_one("#eval-table", DataTable)
+        table.focus()  # tab reaches it; focusing scrolls it into view
+        await pilot.pause(0.3)
+        screen = app.screen_text()
+        assert "ours / z-lab" in screen, screen
+        assert "linked_list_reverse" in screen and "async_rate_limiter" in screen  # not squeezed
+        rows = [line.rstrip(" │▁▂▃▄▅▆▇█") for line in screen.splitlines() if "fizzbuzz" in line]
+        assert rows and rows[0].endswith("%"), screen
+        assert table.fixed_columns == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import threading
 import time
@@ -347,3 +348,22 @@ def test_cli_run_through_an_ssh_tunnel(lab_hosts: Lab, dflash: SimServer, tmp_pa
     assert run.deployment.url == dflash.url  # the configured address, not the tunnel's local end
     tunnel = next(e for e in events if e.message.startswith("tunnel "))
     assert tunnel.host == "serve" and f"-> serve:127.0.0.1:{dflash.port}" in tunnel.message
+
+
+async def test_a_status_line_at_least_every_second_between_tasks(suite: Suite) -> None:
+    """A slow server (300 ms per decode step): between the per-task lines the runner says what it
+    waits for (the task in flight and for how long) at least every second."""
+    with SimServer(["--speculative-algorithm", "NEXTN"], step_ms=300.0) as slow:
+        client = SglangClient(slow.url, timeout_s=30)
+        events, steps = _events()
+        one = Suite("one", (Task("slow_task", "say hi", max_new_tokens=40),))
+        try:
+            await run_eval(client, one, steps=steps)
+        finally:
+            await client.aclose()
+    beats = [e for e in events if e.kind == "heartbeat"]
+    assert beats, [e.line() for e in events]
+    assert all("waiting for /generate: slow_task" in e.message and "0/1 done" in e.message for e in beats)
+    during = [e.at for e in events if e.step == "tasks"]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    assert max(gaps) <= 1.0 + 0.5, (gaps, [e.line() for e in events])  # the 0.8 s cadence, with CPU slack

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Button, Input
+from textual.widgets import Button, Input, Select, Static
 
 from specconsole.config import load_config
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.deploy_screen import DeployForm
 from specconsole.ui.panes import EventsPane
+from specconsole.ui.plan_screen import PlanScreen
 from specconsole.ui.screens import ConfirmScreen
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
@@ -89,15 +91,35 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         await pilot.click("#confirm-button")
         await wait_for(pilot, lambda: has(events, "training job stopped on train"), "the kill to finish")
         assert has(events, f"$ kill -TERM {launcher}") and has(events, "exit 0 in")
+        # the action view stays on screen with every step and the host's state
+        panel = app.query_one(ActionPanel)
+        assert panel.display and panel.track is not None and panel.track.ok
+        steps = [r.name for r in panel.track.rows]
+        assert steps[:3] == ["find the job", "SIGTERM the launcher", "wait for the job to exit"] and "verify" in steps
+        assert panel.state_line.startswith("train: training stopped")
+        screen = app.screen_text()
+        assert "SIGTERM the launcher" in screen and "▸ train: training stopped" in screen
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not panel.display
 
-        # d: the form is prefilled (window 16); Enter plans; the plan dialog has Cancel focused
+        # d: the form is prefilled (window 16), its algorithms come from the host's --help; Enter moves
+        # field to field and then to Plan; the plan dialog has Cancel focused
         await pilot.press("d")
         await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form")
-        assert app.screen.query_one("#deploy-draft_window", Input).value == "16"
+        form = app.screen
+        assert form.query_one("#deploy-draft_window", Input).value == "16"
+        algorithms = form.query_one("#deploy-algorithm", Select)
+        await wait_for(pilot, lambda: "EAGLE3" in [str(o[0]) for o in algorithms._options], "the algorithms")
+        assert {"DFLASH", "NEXTN", "EAGLE", "DSPARK"} <= {str(o[0]) for o in algorithms._options}
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the deploy plan")
+        assert isinstance(app.screen, DeployForm) and app.focused is form.query_one("#deploy-block_size", Input)
+        await pilot.press("enter", "enter")
+        assert isinstance(app.screen, DeployForm) and isinstance(app.focused, Button) and app.focused.id == "plan"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), "the deploy plan")
         await wait_for(pilot, lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", "Cancel focused")
-        assert "NEXTN -> DFLASH" in app.screen.body_text  # type: ignore[attr-defined]
+        assert "--speculative-algorithm  NEXTN → DFLASH" in app.screen.body_text  # type: ignore[attr-defined]
         await pilot.press("tab", "enter")
         await wait_for(pilot, lambda: has(events, "deployed: "), "the deploy to finish", timeout=120)
         assert has(events, "$ systemctl restart sglang.service") and has(events, "smoke:")
@@ -105,14 +127,32 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_window_size"] == 16
         await wait_for(pilot, lambda: (s := statuses()["serve"].sglang) is not None and s.value.info is not None
                        and s.value.info.algorithm == "DFLASH", "the serving pane's source to see DFLASH")
+        panel = app.query_one(ActionPanel)
+        assert panel.track is not None and panel.track.ok and "restart" in [r.name for r in panel.track.rows]
+        await wait_for(pilot, lambda: panel.state_line == "serve: serving DFLASH, draft window 16, healthy",
+                       "the action view's state line")
+        await wait_for(pilot, lambda: "▸ serve: serving DFLASH, draft window 16, healthy" in app.screen_text(),
+                       "the state line on screen")
+        await pilot.press("escape")
 
         # a bad window is refused before anything changes, with SGLang's constraint named
         await pilot.press("d")
         await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form")
-        window = app.screen.query_one("#deploy-draft_window", Input)
+        form = app.screen
+        window = form.query_one("#deploy-draft_window", Input)
+        window.value = "abc"
+        await pilot.press("enter")  # checked in place: the error beside the field, the focus stays
+        assert isinstance(app.screen, DeployForm) and app.focused is window
+        assert "a whole number, got 'abc'" in str(form.query_one("#error-draft_window", Static).render())
         window.value = "8"
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: has(events, "draft window 8 is smaller than the block size 16"), "refusal")
+        await pilot.press("enter", "enter", "enter")  # fine as a number: on through the fields to Plan
+        assert isinstance(app.focused, Button) and app.focused.id == "plan"
+        await pilot.press("enter")  # preflight refuses it (block size 16 from the draft's config.json)
+        await wait_for(pilot, lambda: "smaller than the block size 16" in
+                       str(form.query_one("#error-draft_window", Static).render()), "the refusal beside the field")
+        assert isinstance(app.screen, DeployForm) and form.query_one("#error-draft_window").display
+        assert has(events, "draft window 8 is smaller than the block size 16")
         assert server_info(action_lab)["speculative_draft_window_size"] == 16
+        await pilot.press("escape")
     audit = (tmp_path / "audit.log").read_text()
     assert "kill -TERM" in audit and "systemctl restart sglang.service" in audit

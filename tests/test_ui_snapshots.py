@@ -1,4 +1,5 @@
-"""SVG snapshots pinning the console's layout at 80x24, 120x40 (a host down) and 160x48.
+"""SVG snapshots pinning the console's layout at 80x24, 120x40 (a host down) and 160x48, and with an
+action running (the action view) at 80x24, 120x40 and 200x50, the plan dialog and the wizard.
 
 Live values change on every run, so these draw a fixed state: HostStatus objects built from the
 real source dataclasses (specconsole.ui.sample_data), a frozen clock, seeded histories, UTC.
@@ -72,3 +73,71 @@ def test_help_screen_80x24(snap_compare: Any, tmp_path: Path) -> None:
         await pilot.pause()
 
     assert snap_compare(frozen_app(tmp_path), terminal_size=(80, 24), run_before=open_help)
+
+
+# ---------------------------------------------------------------- an action running (issue 10)
+
+def action_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConsoleApp:
+    """The frozen console with stored eval runs and a deploy caught mid-restart in the action view."""
+    from specconsole.eval.store import ResultStore
+
+    results = tmp_path / "eval-results"
+    store = ResultStore(results)
+    for run in sd.sample_runs():
+        store.save(run)
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(results))
+    return frozen_app(tmp_path)
+
+
+async def deploy_running(pilot: Pilot[Any]) -> None:
+    from specconsole.ui.flows import serving_state
+
+    app: ConsoleApp = pilot.app  # type: ignore[assignment]
+    await settle(pilot)
+    app.open_action("deploy", "Deploy to serve", "serve", scroll_to="serving",
+                    state=lambda: serving_state(app, "serve"))
+    for event in sd.sample_deploy_events():
+        app.action_emit(event)
+    await settle(pilot)
+    app.clear_notifications()  # the "started" toast comes and goes with the timing: not in the picture
+    await settle(pilot)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=["80x24", "120x40", "200x50"])
+def test_deploy_running(snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        size: tuple[int, int]) -> None:
+    """The action view docked above the footer: each step with its command, outcome and elapsed time,
+    the latest heartbeat, the host's state; the serving pane in view above it."""
+    assert snap_compare(action_app(tmp_path, monkeypatch), terminal_size=size, run_before=deploy_running)
+
+
+def test_plan_dialog_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """The plan fits: flags current → new on one line, unchanged ones behind a count, buttons visible."""
+    from specconsole.ui.plan_screen import PlanScreen
+
+    async def open_plan(pilot: Pilot[Any]) -> None:
+        await settle(pilot)
+        pilot.app.push_screen(PlanScreen(sd.sample_plan()))
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(frozen_app(tmp_path), terminal_size=(80, 24), run_before=open_plan)
+
+
+def test_deploy_form_error_in_place_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """The wizard at 80x24: a bad window is marked beside its field and the form stays open."""
+    from textual.widgets import Input
+
+    from specconsole.ui.deploy_screen import DeployForm
+
+    async def bad_window(pilot: Pilot[Any]) -> None:
+        await settle(pilot)
+        pilot.app.push_screen(DeployForm({"algorithm": "DFLASH", "draft_window": "16", "block_size": "",
+                                          "draft_model": "/models/dflash-qwen3-8b-b16"}))
+        await pilot.pause()
+        pilot.app.screen.query_one("#deploy-draft_window", Input).value = "sixteen"
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(frozen_app(tmp_path), terminal_size=(80, 24), run_before=bad_window)

@@ -11,7 +11,8 @@ Per task it records, from the answer's ``meta_info``:
 A task that fails (HTTP error, timeout, malformed answer) is recorded as failed with its
 one-line error; the others complete. Before the tasks, ``/server_info`` says what is being
 measured (algorithm, block size, draft window, draft model, SGLang version), stored with the run.
-Progress: one line per task through :class:`~specconsole.actions.steps.Steps`.
+Progress: one line per task through :class:`~specconsole.actions.steps.Steps`, and between them a
+heartbeat at least every second naming the tasks in flight and how long they have been generating.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from specconsole.sources.sglang import ServerInfo, SglangClient, SglangError
 OnResult = Callable[[TaskResult, int, int], None]
 
 DEFAULT_TIMEOUT_S = 300.0
+#: Between task results, a status line (what is being generated, for how long) at least this often.
+STATUS_EVERY_S = 0.8
 #: The resolved server args stored with a run (besides the launch command, which has them all).
 _SPEC_ARGS = frozenset({
     "speculative_algorithm", "speculative_draft_model_path", "speculative_draft_model_revision",
@@ -170,12 +173,14 @@ async def run_eval(client: SglangClient, suite: Suite, *, label: str | None = No
     gate = asyncio.Semaphore(concurrency)
     results: dict[str, TaskResult] = {}
     done = 0
+    active: dict[str, float] = {}  # task -> when its /generate started (monotonic)
+    last_status = time.monotonic()
 
     async def one(task: Task) -> None:
-        nonlocal done
+        nonlocal done, last_status
         limit = suite.max_tokens_for(task, max_new_tokens)
         async with gate:
-            t0 = time.monotonic()
+            t0 = active[task.name] = time.monotonic()
             try:
                 resp = await client.generate(suite.text_for(task), limit, suite.temperature, timeout_s=timeout_s)
             except SglangError as exc:
@@ -184,9 +189,11 @@ async def run_eval(client: SglangClient, suite: Suite, *, label: str | None = No
             else:
                 result = measure(task, resp, dep, max_new_tokens=limit, client_latency_s=time.monotonic() - t0,
                                  keep_text=keep_text)
+        active.pop(task.name, None)
         results[task.name] = result
         done += 1
         if steps is not None:
+            last_status = time.monotonic()
             line = _progress_line(result, done, total)
             if not result.ok:
                 steps.error(line)
@@ -197,7 +204,24 @@ async def run_eval(client: SglangClient, suite: Suite, *, label: str | None = No
         if on_result is not None:
             on_result(result, done, total)
 
-    await asyncio.gather(*(one(t) for t in suite.tasks))
+    async def status() -> None:
+        nonlocal last_status
+        assert steps is not None
+        while True:
+            await asyncio.sleep(STATUS_EVERY_S / 4)
+            now = time.monotonic()
+            if now - last_status < STATUS_EVERY_S:
+                continue
+            last_status = now
+            running = ", ".join(f"{name} {now - t0:.1f}s" for name, t0 in sorted(active.items(), key=lambda a: a[1]))
+            steps.emit("heartbeat", f"waiting for /generate: {running or 'next task'}; {done}/{total} done")
+
+    ticker = asyncio.ensure_future(status()) if steps is not None else None
+    try:
+        await asyncio.gather(*(one(t) for t in suite.tasks))
+    finally:
+        if ticker is not None:
+            ticker.cancel()
     src: dict[str, Any] = {"kind": "measured", "tool": _tool(), "url": client.display_url}
     if source:
         src.update(source)

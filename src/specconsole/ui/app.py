@@ -44,10 +44,12 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from specconsole import paths
+from specconsole.actions.steps import StepEvent
 from specconsole.config import Config
 from specconsole.events import Event, EventLog
 from specconsole.monitor import HostStatus
 from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
+from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
@@ -88,6 +90,9 @@ class ConsoleApp(App[int]):
     COMMANDS = App.COMMANDS | {ActionsProvider}
     HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-medium"), (200, "-wide")]
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (40, "-tall")]
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("escape", "close_action_view", "Close action view", show=False),
+    ]
 
     def __init__(self, config: Config, *, fleet: StatusProvider | None = None, read_only: bool = False,
                  theme: str | None = None, clock: Callable[[], float] = time.time,
@@ -197,6 +202,7 @@ class ConsoleApp(App[int]):
                     yield TrainingPane(h, id=f"training-{_dom_id(h.name)}")
                 yield EvalPane(id="eval", start_run=self._start_eval)
             yield EventsPane(self.events, id="events")
+        yield ActionPanel(id="action")
         yield Footer()
 
     async def on_mount(self) -> None:
@@ -210,6 +216,7 @@ class ConsoleApp(App[int]):
                                                 name="refresh")
         if self.start_fleet:
             self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
+        self.query_one(ActionPanel).display = False
         self.refresh_panes()
 
     async def _start_fleet(self) -> None:
@@ -367,6 +374,9 @@ class ConsoleApp(App[int]):
         for pane in self._panes:
             pane.show(statuses.get(pane.host.name), view)
         summary.show(list(statuses.values()), view)
+        action = self._one(ActionPanel)
+        if action is not None and action.display:
+            action.redraw(now)
         self._flush_events()
         self._dirty.clear()
         self._refreshes += 1
@@ -457,8 +467,78 @@ class ConsoleApp(App[int]):
         """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
         from specconsole.actions.steps import audit
         from specconsole.eval.cli import start_eval
+        from specconsole.ui.flows import serving_state
 
-        return await start_eval(self.config, emit=audit(self.events, also=emit), on_result=on_result)
+        serve = self.config.serve_hosts[0].name if self.config.serve_hosts else ""
+        panel = self.open_action("eval", "Eval run", serve, scroll_to="eval",
+                                 state=(lambda: serving_state(self, serve)) if serve else None)
+
+        def both(event: StepEvent) -> None:
+            emit(event)
+            self.action_emit(event)
+
+        try:
+            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result)
+        except Exception as err:
+            if panel.track is not None and panel.track.action == "eval" and not panel.track.finished:
+                self.action_emit(StepEvent("eval", "failed", str(err).splitlines()[0] if str(err) else repr(err)))
+            raise
+
+    # -- the action view ---------------------------------------------------------------
+    @property
+    def action_panel(self) -> ActionPanel:
+        """The action view (on the console's own screen, also while a dialog is open)."""
+        panel = self._one(ActionPanel)
+        if panel is None:
+            raise NoMatches("the console's screen has no action view yet")
+        return panel
+
+    def open_action(self, action: str, title: str, host: str, *, state: Callable[[], str] | None = None,
+                    scroll_to: str | None = None) -> ActionPanel:
+        """Show the action view for a new action (a toast says it started); feed it with :meth:`action_emit`.
+
+        ``action`` is the name its step events carry; ``state`` gives the view's last line (the
+        host's state); ``scroll_to``: the pane that matters for it (``serving``, ``training``,
+        ``eval``) is scrolled into view. While another action's view is still running, that one stays
+        and this action reports in Events and toasts only."""
+        panel = self.action_panel
+        if panel.busy and panel.track is not None and panel.track.action != action:
+            self.notify(f"started; its steps are in Events (the action view follows {panel.track.title})",
+                        title=title, timeout=6)
+            return panel
+        panel.start(action, title, host, self.clock(), state)
+        self.notify("started; its steps are in the action view below", title=title, timeout=4)
+        if scroll_to:
+            target = self._one(Widget, f".{scroll_to}-pane")
+            if target is not None:
+                self.call_after_refresh(target.scroll_visible, animate=False)
+        return panel
+
+    def action_emit(self, event: StepEvent) -> None:
+        """A step event of a running action: into the action view (when it is the one shown); a toast
+        when it ends."""
+        panel = self._one(ActionPanel)
+        if panel is None:
+            return
+        shown = panel.feed(event)
+        title = panel.track.title if shown and panel.track is not None else event.action
+        if event.kind == "done":
+            self.notify(event.message, title=f"{title}: done", timeout=8)
+        elif event.kind == "failed":
+            self.notify(event.message, title=f"{title}: FAILED", severity="error", timeout=15)
+
+    def action_close_action_view(self) -> None:
+        panel = self._one(ActionPanel)
+        if panel is None or not panel.display:
+            return
+        if not panel.close():
+            self.notify("the action is still running; its view closes when it ends", severity="warning",
+                        timeout=4)
+            return
+        screen = self.main_screen
+        if screen is not None:  # the rows it covered are the body's again: repaint them all
+            screen.refresh(layout=True)
+            self.call_after_refresh(screen.refresh, repaint=True)
 
     def action_kill_training(self) -> None:
         self._start_flow("kill_training")
@@ -479,6 +559,11 @@ class ConsoleApp(App[int]):
                 await self.run_action_flow(action_id)
             except Exception as err:
                 self.events.emit(f"{BY_ID[action_id].description.lower()}: failed: {err!r}", level="error")
+                panel = self._one(ActionPanel)
+                action = {"kill_training": "kill-training"}.get(action_id, action_id)
+                if panel is not None and panel.track is not None and panel.track.action == action \
+                        and not panel.track.finished:
+                    self.action_emit(StepEvent(action, "failed", f"failed: {err!r}"))
             finally:
                 self._action_running = None
 

@@ -1,21 +1,40 @@
-"""The deploy wizard's form: the settings to change, prefilled so the common case is Enter."""
+"""The deploy wizard's form: the settings to change, prefilled so the common case is a few Enters.
+
+* the algorithm is a Select of the choices the host's own ``--help`` lists (discovered when the
+  form opens, with a status line while it runs);
+* every field is checked in place: a bad value shows its error beside the field and the form
+  stays open; Enter moves to the next field (on the last one, to the Plan button);
+* Plan runs the preflight (``check``) while the form stays open: a refusal is shown beside the
+  field it is about, success closes the form with the :class:`DeployPlan`.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widget import Widget
+from textual.widgets import Button, Input, Label, Select, Static
 
-from specconsole.actions.deploy import DeployRequest
+from specconsole.actions.deploy import DeployPlan, DeployRequest
 from specconsole.config import HostConfig
+from specconsole.errors import SpecConsoleError
+from specconsole.hosts import Host
 from specconsole.samples import Sample
 
 #: The window the wizard proposes when the deployment has none: the usual DFlash block size.
 DEFAULT_WINDOW = "16"
+#: Offered when the host's --help could not be read (the console's own two flows).
+FALLBACK_ALGORITHMS = ("DFLASH", "NEXTN")
+
+Discover = Callable[[], Awaitable[list[str]]]
+Check = Callable[[DeployRequest], Awaitable[DeployPlan]]
 
 
 def prefill(cfg: HostConfig, sglang: Sample[Any] | None) -> dict[str, str]:
@@ -27,48 +46,249 @@ def prefill(cfg: HostConfig, sglang: Sample[Any] | None) -> dict[str, str]:
             "block_size": "", "draft_model": draft or ""}
 
 
-class DeployForm(ModalScreen[DeployRequest | None]):
-    """Algorithm, draft window, block size, draft model; Enter plans, Escape cancels."""
+def algorithm_choices(help_text: str, flag: str = "--speculative-algorithm") -> list[str]:
+    """The algorithm names ``--help`` lists for ``flag``: ``{A,B}`` choices or a ``Builtins: A, B.`` list."""
+    lines = help_text.splitlines()
+    for i, line in enumerate(lines):
+        if not re.match(rf"^\s{{2}}{re.escape(flag)}\b", line):
+            continue
+        block = [line]
+        for nxt in lines[i + 1:]:
+            if re.match(r"^\s{2}-", nxt) or not nxt.strip():
+                break
+            block.append(nxt)
+        text = " ".join(s.strip() for s in block)
+        m = re.search(r"\{([A-Za-z0-9_,\s]+)\}", text)
+        if m:
+            return _unique(p.strip() for p in m.group(1).split(","))
+        m = re.search(r"(?:Builtins|choices|one of)\s*:?\s*([A-Z0-9_]+(?:\s*,\s*[A-Z0-9_]+)+)", text, re.IGNORECASE)
+        if m:
+            return _unique(p.strip() for p in m.group(1).split(","))
+    return []
+
+
+def _unique(items: Any) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        if item and item not in out:
+            out.append(item)
+    return out
+
+
+async def discover_algorithms(host: Host, cfg: HostConfig, steps: Any) -> list[str]:
+    """Ask the installed SGLang (the unit's own program) which speculative algorithms it has."""
+    from specconsole.actions.sglang_flags import Argv, SglangCli, help_command
+    from specconsole.actions.unit import parse_unit
+
+    if cfg.sglang is None:
+        return []
+    steps.begin("discover algorithms", f"asking {cfg.name}'s SGLang which algorithms it has")
+    cat = await steps.run(host, ["systemctl", "cat", cfg.sglang.unit])
+    if not cat.ok:
+        steps.warn(f"`systemctl cat {cfg.sglang.unit}` failed; offering {', '.join(FALLBACK_ALGORITHMS)}")
+        return []
+    unit = parse_unit(cfg.sglang.unit, cat.stdout)
+    prefix = Argv.parse(unit.exec_start, SglangCli()).prefix
+    res = await steps.run(host, help_command(prefix), timeout=180,
+                          summary=lambda r: f"{r.stdout.count(chr(10))} lines of --help")
+    cli = SglangCli.from_help(res.stdout + "\n" + res.stderr)
+    flag = cli.name_for("algorithm") or "--speculative-algorithm"
+    found = algorithm_choices(res.stdout + "\n" + res.stderr, flag)
+    steps.info(f"{flag} choices: {', '.join(found)}" if found else f"{flag}: --help lists no choices")
+    return found
+
+
+def field_for(message: str) -> str | None:
+    """Which form field a preflight refusal is about (None: the form as a whole)."""
+    low = message.lower()
+    for needle, key in (("draft window", "draft_window"), ("block size", "block_size"),
+                        ("draft model", "draft_model"), ("config.json", "draft_model"),
+                        ("algorithm", "algorithm")):
+        if needle in low:
+            return key
+    return None
+
+
+class DeployForm(ModalScreen[DeployPlan | None]):
+    """Algorithm, draft window, block size, draft model; Plan checks and plans, Escape cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", show=False)]
 
     FIELDS: ClassVar[tuple[tuple[str, str, str], ...]] = (
-        ("algorithm", "Speculative algorithm", "DFLASH or NEXTN"),
+        ("algorithm", "Speculative algorithm", ""),
         ("draft_window", "DFLASH draft window", ">= the block size"),
         ("block_size", "Block size", "empty: the draft model's config.json"),
-        ("draft_model", "Draft model path on the host", "empty: keep / from the config"),
+        ("draft_model", "Draft model path", "on the host; empty: keep / from the config"),
     )
 
-    def __init__(self, values: dict[str, str]) -> None:
+    def __init__(self, values: dict[str, str], *, discover: Discover | None = None,
+                 check: Check | None = None) -> None:
         super().__init__(id="deploy-form")
         self.values = values
+        self.discover = discover
+        self.check = check
+        self.busy = False
 
     def compose(self) -> ComposeResult:
+        algo = self.values.get("algorithm") or "DFLASH"
         with Vertical(id="deploy-box", classes="dialog"):
             yield Static("[b]Deploy: change the SGLang speculative settings[/]", classes="dialog-title")
-            yield Static("Nothing changes until you confirm the plan on the next screen.", classes="dialog-body")
-            for key, label, hint in self.FIELDS:
-                yield Label(label)
-                yield Input(self.values.get(key, ""), placeholder=hint, id=f"deploy-{key}")
+            with VerticalScroll(id="deploy-fields"):
+                yield Static("Nothing changes until you confirm the plan. Enter: next field.",
+                             classes="dialog-hint")
+                for key, label, hint in self.FIELDS:
+                    with Horizontal(classes="form-row"):
+                        yield Label(label, classes="form-label")
+                        if key == "algorithm":
+                            yield Select([(algo, algo)], value=algo, allow_blank=False, id="deploy-algorithm",
+                                         classes="form-input")
+                        else:
+                            yield Input(self.values.get(key, ""), placeholder=hint, id=f"deploy-{key}",
+                                        classes="form-input")
+                    yield Static("", id=f"error-{key}", classes="form-error")
+            yield Static("", id="deploy-status", classes="form-status")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel", variant="primary")
-                yield Button("Plan", id="plan", variant="success")
+                yield Button("Cancel", id="cancel", variant="primary", compact=True)
+                yield Button("Plan", id="plan", variant="success", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#deploy-draft_window", Input).focus()
+        for key, _, _ in self.FIELDS:
+            self.query_one(f"#error-{key}").display = False
+        if self.discover is not None:
+            self._status("asking the host's SGLang which algorithms it has (--help)…")
+            self.run_worker(self._discover(), group="discover", exit_on_error=False)
+
+    async def _discover(self) -> None:
+        assert self.discover is not None
+        try:
+            found = await self.discover()
+            problem = "" if found else "its --help lists no choices"
+        except Exception as err:  # shown in the form; the flow's steps have the details
+            found, problem = [], str(err).splitlines()[0] if str(err) else type(err).__name__
+        current = self.query_one("#deploy-algorithm", Select).value
+        choices = found or [*FALLBACK_ALGORITHMS]
+        if isinstance(current, str) and current not in choices:
+            choices.append(current)
+        select = self.query_one("#deploy-algorithm", Select)
+        with select.prevent(Select.Changed):  # not the operator's choice: the focus stays where it is
+            select.set_options([(c, c) for c in choices])
+            select.value = current if isinstance(current, str) else choices[0]
+        if problem:
+            self._status(f"algorithms: {escape(problem)}; offering {', '.join(choices)}", error=True)
+        else:
+            self._status(f"{len(found)} algorithms from the host's --help")
+
+    # -- fields ---------------------------------------------------------------------------
+    def _status(self, text: str, *, error: bool = False) -> None:
+        status = self.query_one("#deploy-status", Static)
+        status.update(text)
+        status.set_class(error, "-error")
+
+    def set_error(self, key: str | None, message: str) -> None:
+        """Show ``message`` beside field ``key`` (None: on the status line); empty clears it."""
+        if key is None:
+            self._status(escape(message), error=bool(message))
+            return
+        err = self.query_one(f"#error-{key}", Static)
+        err.update(f"✗ {escape(message)}" if message else "")
+        err.display = bool(message)
+        self.query_one(f"#deploy-{key}").set_class(bool(message), "-invalid")
+
+    def value(self, key: str) -> str:
+        if key == "algorithm":
+            v = self.query_one("#deploy-algorithm", Select).value
+            return v if isinstance(v, str) else ""
+        return self.query_one(f"#deploy-{key}", Input).value.strip()
+
+    def validate_field(self, key: str) -> str:
+        """The error for one field ('' when it is fine)."""
+        v = self.value(key)
+        if key in ("draft_window", "block_size") and v:
+            if not re.fullmatch(r"\+?\d+", v):
+                return f"a whole number, got {v!r}"
+            if int(v) <= 0:
+                return "must be positive (SGLang refuses 0)"
+        if key == "draft_window":
+            window, block = self.value("draft_window"), self.value("block_size")
+            if window.isdigit() and block.isdigit() and int(window) < int(block):
+                return f"must be >= the block size {block} (SGLang's DFLASH constraint)"
+        if key == "draft_model" and v and not v.startswith("/"):
+            return "an absolute path on the host (starts with /)"
+        return ""
+
+    def validate_all(self) -> bool:
+        ok = True
+        for key, _, _ in self.FIELDS:
+            problem = self.validate_field(key)
+            self.set_error(key, problem)
+            ok = ok and not problem
+        return ok
 
     def request(self) -> DeployRequest:
-        v = {key: self.query_one(f"#deploy-{key}", Input).value.strip() for key, _, _ in self.FIELDS}
+        v = {key: self.value(key) for key, _, _ in self.FIELDS}
         return DeployRequest(algorithm=v["algorithm"] or None, draft_window=v["draft_window"] or None,
                              block_size=v["block_size"] or None, draft_model=v["draft_model"] or None)
 
+    def _order(self) -> list[Widget]:
+        return [self.query_one(f"#deploy-{key}") for key, _, _ in self.FIELDS]
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter: check this field; fine -> the next field (after the last: the Plan button)."""
         event.stop()
-        self.dismiss(self.request())
+        key = str(event.input.id).removeprefix("deploy-")
+        problem = self.validate_field(key)
+        self.set_error(key, problem)
+        if problem:
+            return
+        order = self._order()
+        index = order.index(event.input)
+        (order[index + 1] if index + 1 < len(order) else self.query_one("#plan", Button)).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        key = str(event.input.id).removeprefix("deploy-")
+        if self.query_one(f"#error-{key}").display:  # re-check a field shown as wrong as it is fixed
+            self.set_error(key, self.validate_field(key))
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        """An algorithm picked (Enter in the list): on to the draft window."""
+        event.stop()
+        self.set_error("algorithm", "")
+        if self.is_mounted and self.focused is event.select:
+            self.query_one("#deploy-draft_window", Input).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        self.dismiss(self.request() if event.button.id == "plan" else None)
+        if event.button.id != "plan":
+            self.dismiss(None)
+            return
+        if self.busy or not self.validate_all():
+            return
+        if self.check is None:
+            self.dismiss(None)
+            return
+        self.busy = True
+        self._status("preflight: reading the unit, the draft model and the GPUs… (steps below)")
+        self.run_worker(self._plan(self.request()), group="plan", exit_on_error=False)
+
+    async def _plan(self, request: DeployRequest) -> None:
+        assert self.check is not None
+        try:
+            plan = await self.check(request)
+        except SpecConsoleError as err:
+            message = str(err)
+            key = field_for(message)
+            self.set_error(key, message)
+            if key is not None:
+                self._status("refused: fix the field marked ✗ (nothing on the host was changed)", error=True)
+                self.query_one(f"#deploy-{key}").focus()
+            return
+        except Exception as err:
+            self.set_error(None, f"preflight failed: {err}")
+            return
+        finally:
+            self.busy = False
+        self.dismiss(plan)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -52,6 +52,8 @@ StartRun = Callable[[Emit, OnResult], Awaitable[EvalRun]]
 AVERAGE_ROW = "__average__"
 VANILLA_ROW = "__vanilla__"
 LOG_LINES = 200
+#: How often the results folder is checked for runs saved or imported by another process.
+WATCH_S = 0.5
 
 
 class EvalPane(Vertical):
@@ -60,7 +62,7 @@ class EvalPane(Vertical):
     DEFAULT_CSS = """
     EvalPane { height: auto; min-height: 16; }
     EvalPane #eval-body { height: auto; min-height: 12; }
-    EvalPane #eval-runs { width: 44; height: auto; max-height: 24; }
+    EvalPane #eval-runs { width: 36; height: auto; max-height: 24; }
     EvalPane #eval-run-list { height: auto; max-height: 20; }
     EvalPane #eval-main { width: 1fr; height: auto; }
     EvalPane #eval-table { height: auto; max-height: 24; }
@@ -70,6 +72,7 @@ class EvalPane(Vertical):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_highlighted", "Select", tooltip="Select or unselect the highlighted run"),
         Binding("b", "baseline_highlighted", "Baseline", tooltip="Make the highlighted run the baseline"),
         Binding("m", "cycle_metric", "Metric", tooltip="Show acceptance length, tokens/s or latency"),
     ]
@@ -100,6 +103,7 @@ class EvalPane(Vertical):
         self.progress_text = ""
         self.log_lines: list[str] = []
         self._selected_order: list[str] = []
+        self._seen: tuple[int, int] | None = None  # the results folder's (mtime_ns, inode) last read
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -111,7 +115,8 @@ class EvalPane(Vertical):
                 yield SelectionList[str](id="eval-run-list")
             with Vertical(id="eval-main"):
                 yield Static("", id="eval-title")
-                table: DataTable[Any] = DataTable(id="eval-table", cursor_type="row", zebra_stripes=True)
+                table: DataTable[Any] = DataTable(id="eval-table", cursor_type="row", zebra_stripes=True,
+                                                  fixed_columns=1)
                 yield table
                 yield Static("", id="eval-legend", classes="eval-hint")
         yield Static("", id="eval-progress")
@@ -119,10 +124,27 @@ class EvalPane(Vertical):
 
     def on_mount(self) -> None:
         self.reload()
+        self.set_interval(WATCH_S, self.watch_store, name="eval-store-watch")
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = self.store.root.stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_ino
+
+    def watch_store(self) -> bool:
+        """Reload when the results folder changed (a run saved or imported elsewhere); one stat per tick."""
+        stamp = self._stamp()
+        if stamp == self._seen:
+            return False
+        self.reload()
+        return True
 
     # -- runs -----------------------------------------------------------------------------
     def reload(self, select: list[str] | None = None) -> None:
         """Re-read the results folder; keep the selection (plus ``select``), default: the newest two."""
+        self._seen = self._stamp()
         self.runs = self.store.runs()
         ids = [r.id for r in self.runs]
         keep = [i for i in self._selected_order if i in ids]
@@ -143,7 +165,9 @@ class EvalPane(Vertical):
     def _prompt(self, r: EvalRun) -> Text:
         star = "★ " if r.id == self.baseline_id else ""
         avg = r.average("acceptance_length")
-        text = Text(f"{star}{r.label}", style="bold" if star else "")
+        chosen = r.id in self._selected_order
+        text = Text("[x] " if chosen else "[ ] ", style="bold" if chosen else "dim")
+        text.append(f"{star}{r.label}", style="bold" if star or chosen else "")
         text.append(f"  {r.deployment.short()} · {'n/a' if avg is None else f'{avg:.2f}'} · {r.created_at[:16]}",
                     style="dim")
         return text
@@ -163,7 +187,17 @@ class EvalPane(Vertical):
         order = [i for i in self._selected_order if i in now]
         order.extend(i for i in event.selection_list.selected if i not in order)
         self._selected_order = order
+        self._fill_list()
         self.refresh_table()
+
+    def action_toggle_highlighted(self) -> None:
+        """space: select or unselect the highlighted run (wherever the focus is inside the pane)."""
+        lst = self.query_one("#eval-run-list", SelectionList)
+        if lst.highlighted is None:
+            if not self.runs:
+                return
+            lst.highlighted = 0
+        lst.toggle(lst.get_option_at_index(lst.highlighted).value)
 
     @property
     def selected(self) -> list[EvalRun]:
@@ -236,7 +270,7 @@ class EvalPane(Vertical):
         bad = variables.get("error", "red")
         table.add_column("task", key="task")
         for i, r in enumerate(cmp.runs):
-            table.add_column(_column_title(cmp, i), key=r.id)
+            table.add_column(_column_title(cmp, i), key=r.id)  # short names; the legend has the labels
         for i in cmp.ratio_columns:
             table.add_column(cmp.ratio_header(i), key=f"ratio:{cmp.runs[i].id}")
         best = [cmp.best(i) for i in range(len(cmp.runs))]
@@ -266,7 +300,10 @@ class EvalPane(Vertical):
             row.extend(Text("") for _ in cmp.ratio_columns)
             table.add_row(*row, key=VANILLA_ROW)
         base_name = cmp.names[cmp.baseline] if cmp.baseline is not None else "none"
-        title.update(f"[b]{escape(METRIC_TITLES[self.metric])}[/]  ·  baseline ★ {escape(base_name)}")
+        names = "  ".join(f"[b]{escape(short)}[/] = {escape(name)}" for short, name in zip(cmp.shorts, cmp.names,
+                                                                                        strict=True) if short != name)
+        title.update(f"[b]{escape(METRIC_TITLES[self.metric])}[/]  ·  baseline ★ {escape(base_name)}"
+                     + (f"\n{names}" if names else ""))
         legend.update(escape("average = mean of each run's ok tasks; ▲ best, ▼ worst task per run; "
                              "ratio = run / baseline") + (escape("; tok/s vs vanilla = speedup in tokens/s")
                                                           if cmp.vanilla is not None else ""))
@@ -331,5 +368,6 @@ class EvalPane(Vertical):
 
 
 def _column_title(cmp: Comparison, i: int) -> str:
+    """The run's short name (``ours``), so the ratio columns fit beside the task column."""
     star = "★ " if i == cmp.baseline else ""
-    return f"{star}{cmp.names[i]}"
+    return f"{star}{cmp.shorts[i]}"

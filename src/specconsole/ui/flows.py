@@ -1,12 +1,14 @@
 """The console's destructive flows: kill training and the deploy wizard.
 
 Both reuse the actions core (:mod:`specconsole.actions`) on the monitor's own, already
-connected host, report every step into the events pane and the audit log, and ask through a
-dialog whose default button is Cancel. Nothing here knows how a step is carried out.
+connected host, report every step into the action view (on screen while the action runs and
+until dismissed), the events pane and the audit log, and ask through a dialog whose default
+button is Cancel. Nothing here knows how a step is carried out.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from specconsole.actions.steps import Steps, audit
@@ -15,19 +17,24 @@ from specconsole.errors import SpecConsoleError
 if TYPE_CHECKING:
     from specconsole.config import HostConfig
     from specconsole.hosts import Host
+    from specconsole.ui.action_view import ActionTrack
     from specconsole.ui.app import ConsoleApp
 
 
-def _host(app: ConsoleApp, role: str) -> tuple[HostConfig, Host] | None:
+def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | None:
     hosts = app.config.train_hosts if role == "train" else app.config.serve_hosts
     if not hosts:
-        app.events.emit(f"no {role} host configured", level="warning")
+        message = f"{what}: no {role} host configured; add a [[hosts]] with role = \"{role}\" to the config"
+        app.events.emit(message, level="warning")
+        app.notify(message, title=what, severity="warning", timeout=8)
         return None
     cfg = hosts[0]
     host = app.fleet.monitors[cfg.name].host
     if not host.status.up:
-        app.events.emit(f"{cfg.name} is not connected ({host.status.last_error or host.status.state}); "
-                        f"try again when its badge says connected", cfg.name, "error")
+        message = (f"{cfg.name} is not connected ({host.status.last_error or host.status.state}); "
+                   f"try again when its badge says connected")
+        app.events.emit(f"{what}: {message}", cfg.name, "error")
+        app.notify(message, title=f"{what}: cannot start", severity="error", timeout=10)
         return None
     return cfg, host
 
@@ -37,15 +44,65 @@ def _current_step(app: ConsoleApp, name: str) -> int | None:
     return getattr(sample.value, "step", None) if sample is not None else None
 
 
+def serving_state(app: ConsoleApp, name: str) -> str:
+    """``serve: serving DFLASH, draft window 16, healthy`` from the monitor's latest sample."""
+    status = app.statuses().get(name)
+    sample = status.sglang if status is not None else None
+    if status is not None and not status.reachable:
+        return f"{name}: host not reachable"
+    if sample is None:
+        return f"{name}: SGLang has not answered yet"
+    v = sample.value
+    state = str(getattr(v.state, "value", v.state))
+    info = v.info
+    if state != "healthy":
+        note = getattr(v, "message", None) or v.error
+        return f"{name}: SGLang {state}" + (f" ({note})" if note else "")
+    if info is None:
+        return f"{name}: SGLang healthy (deployment not read yet)"
+    algo = info.algorithm or "no speculation"
+    window = f", draft window {info.draft_window}" if info.draft_window is not None else ""
+    return f"{name}: serving {algo}{window}, healthy"
+
+
+def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None) -> str:
+    """``train: training stopped at step N`` after a kill; the live step otherwise."""
+    status = app.statuses().get(name)
+    sample = status.training if status is not None else None
+    if track is not None and track.ok and track.final is not None and "stopped" in track.final.message:
+        # the kill names the step it saw; the log, read after the processes ended, may be further on
+        m = re.search(r"at step (\d+)", track.final.message)
+        steps = [int(m.group(1))] if m else []
+        if sample is not None and getattr(sample.value, "step", None) is not None:
+            steps.append(int(sample.value.step))
+        return f"{name}: training stopped" + (f" at step {max(steps)}" if steps else "")
+    if status is not None and not status.reachable:
+        return f"{name}: host not reachable"
+    if sample is None:
+        return f"{name}: no training log read yet"
+    p = sample.value
+    if getattr(p, "stopped", False):
+        return f"{name}: training stopped" + (f" at step {p.step}" if p.step is not None else "")
+    step = f"step {p.step}" if p.step is not None else "no step yet"
+    return f"{name}: training {'stalled' if p.stalled else 'running'}, {step}"
+
+
 async def kill_training_flow(app: ConsoleApp) -> None:
     """Find the job, show what will be killed (Cancel focused), then stop it step by step."""
     from specconsole.actions.kill import find_job, kill_job
 
-    found = _host(app, "train")
+    found = _host(app, "train", "Kill training")
     if found is None:
         return
     cfg, host = found
-    steps = Steps("kill-training", audit(app.events), host=cfg.name)
+    panel = app.action_panel
+
+    def mine() -> ActionTrack | None:
+        return panel.track if panel.track is not None and panel.track.action == "kill-training" else None
+
+    app.open_action("kill-training", f"Kill training on {cfg.name}", cfg.name, scroll_to="training",
+                    state=lambda: training_state(app, cfg.name, mine()))
+    steps = Steps("kill-training", audit(app.events, also=app.action_emit), host=cfg.name)
     try:
         plan = await find_job(host, cfg, steps, current_step=_current_step(app, cfg.name))
         if plan.empty:
@@ -62,26 +119,40 @@ async def kill_training_flow(app: ConsoleApp) -> None:
 
 
 async def deploy_flow(app: ConsoleApp) -> None:
-    """The wizard: a form prefilled from the config, preflight, the plan to confirm, execute."""
-    from specconsole.actions.deploy import execute, preflight
-    from specconsole.ui.deploy_screen import DeployForm, prefill
+    """The wizard: a form (algorithms from the host's --help, checked in place by preflight), the plan
+    to confirm (Cancel focused), execute."""
+    from specconsole.actions.deploy import DeployPlan, DeployRequest, execute, preflight
+    from specconsole.ui.deploy_screen import DeployForm, discover_algorithms, prefill
+    from specconsole.ui.plan_screen import PlanScreen
 
-    found = _host(app, "serve")
+    found = _host(app, "serve", "Deploy")
     if found is None:
         return
     cfg, host = found
-    request = await app.push_screen_wait(DeployForm(prefill(cfg, app.fleet.monitors[cfg.name].samples.get("sglang"))))
-    if request is None:
-        app.events.emit("deploy: cancelled by the operator; nothing was changed", cfg.name)
+    app.open_action("deploy", f"Deploy to {cfg.name}", cfg.name, scroll_to="serving",
+                    state=lambda: serving_state(app, cfg.name))
+    steps = Steps("deploy", audit(app.events, also=app.action_emit), host=cfg.name)
+
+    async def discover() -> list[str]:
+        return await discover_algorithms(host, cfg, steps)
+
+    async def check(request: DeployRequest) -> DeployPlan:
+        try:
+            return await preflight(host, cfg, request, steps)
+        except SpecConsoleError as err:
+            steps.warn(f"refused: {err}; nothing was changed (the form stays open)")
+            raise
+
+    values = prefill(cfg, app.fleet.monitors[cfg.name].samples.get("sglang"))
+    plan = await app.push_screen_wait(DeployForm(values, discover=discover, check=check))
+    if plan is None:
+        steps.done("cancelled by the operator; nothing was changed")
         return
-    steps = Steps("deploy", audit(app.events), host=cfg.name)
     try:
-        plan = await preflight(host, cfg, request, steps)
         if not plan.changes:
             steps.done("the unit already has these settings; nothing to deploy")
             return
-        if not await app.confirm(f"Deploy to {cfg.name}?", "\n".join(plan.describe()),
-                                 f"Deploy and restart {plan.unit.name}"):
+        if not await app.push_screen_wait(PlanScreen(plan)):
             steps.done("cancelled by the operator; nothing was changed")
             return
         await execute(host, plan, steps, operator="console")

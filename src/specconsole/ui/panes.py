@@ -360,8 +360,9 @@ class TrainingPane(Vertical):
 class EventList(ScrollView, can_focus=True):
     """The events as lines: newest at the bottom, kept scrolled to the end unless scrolled up.
 
-    Lines are styled when drawn (from the app's current theme), cropped to the width, never
-    wrapped, and scroll sideways; a resize or a theme change simply redraws them.
+    Lines are styled when drawn (from the app's current theme) and wrapped to the width, the
+    continuation rows indented under the message, so nothing is cut at 80 columns; a resize
+    re-wraps them, a theme change simply redraws them.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -371,28 +372,57 @@ class EventList(ScrollView, can_focus=True):
         Binding("pagedown", "page_down", "Page down", show=False),
         Binding("home", "scroll_home", "Top", show=False),
         Binding("end", "scroll_end", "Bottom", show=False),
-        Binding("left", "scroll_left", "Left", show=False),
-        Binding("right", "scroll_right", "Right", show=False),
     ]
+
+    #: Continuation rows start under the message (after ``HH:MM:SS source   ``).
+    INDENT = 18
 
     def __init__(self, keep: int = 1000, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.events: deque[Event] = deque(maxlen=keep)
         self._lines: deque[str] = deque(maxlen=keep)
-        self._widest = 0
+        self._rows: list[tuple[int, str]] = []  # (index into _lines, text of one screen row)
+        self._wrap_width = 0
         self._follow = True  # keep showing the newest line until the operator scrolls up
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
         self._follow = new >= self.max_scroll_y - 1
 
+    def _width(self) -> int:
+        return max(20, self.scrollable_content_region.width or 0) if self.is_mounted else 0
+
+    @classmethod
+    def wrap(cls, line: str, width: int) -> list[str]:
+        """``line`` as rows of at most ``width`` cells; continuation rows indented (0: no wrap)."""
+        if width <= 0 or len(line) <= width:
+            return [line]
+        indent = cls.INDENT if width > cls.INDENT + 20 else 2
+        rows, rest = [line[:width]], line[width:]
+        room = width - indent
+        while rest:
+            rows.append(" " * indent + rest[:room])
+            rest = rest[room:]
+        return rows
+
+    def _rewrap(self) -> None:
+        width = self._width()
+        self._wrap_width = width
+        self._rows = [(i, row) for i, line in enumerate(self._lines) for row in self.wrap(line, width)]
+        self.virtual_size = Size(width, len(self._rows))
+
+    def on_resize(self) -> None:
+        if self._width() != self._wrap_width:
+            self._rewrap()
+            if self._follow:
+                self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
+            self.refresh()
+
     def add(self, events: list[Event]) -> None:
         for event in events:
             self.events.append(event)
-            line = event.line()
-            self._lines.append(line)
-            self._widest = max(self._widest, len(line))
-        self.virtual_size = Size(self._widest, len(self._lines))
+            self._lines.append(event.line())
+        self._rewrap()
         if self._follow:  # after the new size is laid out, or the end is not the end yet
             self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
         self.refresh()
@@ -402,19 +432,20 @@ class EventList(ScrollView, can_focus=True):
         return list(self._lines)
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
+        _scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.scrollable_content_region.width
         base = self.rich_style
-        if index >= len(self._lines):
+        if index >= len(self._rows):
             return Strip.blank(width, base)
         palette: fmt.Palette = getattr(self.app, "palette", fmt.Palette())
-        level = self.events[index].level
+        line_index, row = self._rows[index]
+        level = self.events[line_index].level if line_index < len(self.events) else "info"
         color = {"error": palette.error, "warning": palette.warning, "step": palette.accent}.get(level)
-        text = Text(self._lines[index], style=color or "", no_wrap=True, end="")
+        text = Text(row, style=color or "", no_wrap=True, end="")
         segments = list(text.render(self.app.console))
         strip = Strip(Segment.apply_style(segments, base), text.cell_len)
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+        return strip.crop_extend(0, width, base)
 
 
 class EventsPane(Vertical):

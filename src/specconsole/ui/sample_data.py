@@ -125,3 +125,103 @@ def seed_history(history: History, now: float = FROZEN_NOW, points: int = 240) -
         history.series("serve", "util").add(at, 55.0 + 15 * math.sin(i / 14))
         history.series("serve", "tokens").add(at, 1700.0 + 300 * math.sin(i / 14) if i % 50 else None)
         history.series("serve", "accept").add(at, 6.2 + 0.3 * math.sin(i / 6))
+
+
+def sample_deploy_events(now: float = FROZEN_NOW) -> list[Any]:
+    """A deploy caught mid-restart: a fixed step list for the action view's snapshots."""
+    from specconsole.actions.steps import StepEvent
+
+    t0 = now - 14.2
+    rows: list[tuple[float, str, str, str, dict[str, Any]]] = [
+        (0.0, "step", "read the unit", "reading sglang.service", {}),
+        (0.1, "command", "read the unit", "systemctl cat sglang.service", {}),
+        (0.4, "result", "read the unit", "exit 0 in 0.30s: # /etc/systemd/system/sglang.service (+31 lines)",
+         {"exit_status": 0}),
+        (0.5, "step", "SGLang flags", "asking the installed SGLang which flags it has", {}),
+        (0.6, "command", "SGLang flags", "/opt/sglang/bin/python -m sglang.launch_server --help", {}),
+        (2.9, "result", "SGLang flags", "exit 0 in 2.30s: 1712 lines of --help", {"exit_status": 0}),
+        (3.0, "step", "draft model", "reading the draft model's config.json", {}),
+        (3.2, "info", "draft model", "architectures ['DFlashDraftModel'], block_size 16", {}),
+        (3.3, "step", "constraints", "checking SGLang's DFLASH constraints", {}),
+        (3.4, "info", "constraints", "block 16, window 16: draft window >= block size holds", {}),
+        (3.5, "step", "lock", "checking no other deploy is running", {}),
+        (3.7, "info", "lock", "plan: draft_window=16", {}),
+        (6.0, "step", "upload", "copying the deploy agent and plan to the host", {}),
+        (6.4, "step", "start the agent", "starting the supervised restart-verify-rollback step on the host", {}),
+        (6.7, "step", "write the drop-in", "writing zz-specconsole-deploy.conf", {}),
+        (6.9, "step", "restart", "restarting sglang.service", {}),
+        (7.0, "command", "restart", "systemctl restart sglang.service", {}),
+        (13.9, "heartbeat", "restart", "waiting for /health: 7s of 600s; HTTP 503; journal: loading draft "
+         "model weights (2/4 shards)", {}),
+    ]
+    return [StepEvent("deploy", kind, message, step=step, host="serve",  # type: ignore[arg-type]
+                      elapsed_s=dt, at=t0 + dt, **extra)
+            for dt, kind, step, message, extra in rows]
+
+
+SAMPLE_TASKS = ("fizzbuzz", "binary_search", "linked_list_reverse", "json_parser", "async_rate_limiter",
+                "trie_autocomplete", "merge_sort", "lru_cache", "graph_bfs", "matrix_multiply")
+
+
+def sample_runs() -> list[Any]:
+    """Three stored eval runs (published baseline, ours, vanilla) with fixed numbers."""
+    from specconsole.eval.store import Deployment, EvalRun, TaskResult
+
+    def run(run_id: str, label: str, when: str, base: float, algo: str | None, tps: float,
+            kind: str = "measured") -> EvalRun:
+        tasks = tuple(TaskResult(t, acceptance_length=round(base + (i % 4) * 0.37 - (i % 3) * 0.21, 2) if algo
+                                 else 1.0, tokens_per_s=round(tps * (1 + (i % 5) * 0.03), 1),
+                                 latency_s=round(2.0 + i * 0.11, 2))
+                      for i, t in enumerate(SAMPLE_TASKS))
+        dep = Deployment(algo, block_size=16 if algo else None, draft_window=16 if algo else None,
+                         draft_model="/models/dflash-qwen3-8b-b16" if algo else None, model="/models/Qwen3-8B")
+        return EvalRun(id=run_id, label=label, created_at=when, deployment=dep, tasks=tasks,
+                       source={"kind": kind})
+
+    return [run("zlab-b16", "z-lab DFlash b16 (published)", "2026-11-01T00:00:00Z", 6.4, "DFLASH", 1810.0,
+                "published"),
+            run("ours-4000", "ours step 4000", "2026-12-01T00:00:00Z", 5.9, "DFLASH", 1690.0),
+            run("vanilla", "vanilla (Qwen3-8B)", "2026-12-02T00:00:00Z", 1.0, None, 420.0)]
+
+
+SAMPLE_UNIT = """# /etc/systemd/system/sglang.service
+[Unit]
+Description=SGLang server
+[Service]
+ExecStart=/opt/sglang/bin/python -m sglang.launch_server --model-path /models/Qwen3-8B --port 30000 \\
+  --tp-size 2 --speculative-algorithm NEXTN --speculative-draft-model-path /models/dflash-qwen3-8b-b16 \\
+  --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-metrics
+Restart=on-failure
+"""
+
+
+def sample_plan() -> Any:
+    """A deploy plan NEXTN -> DFLASH window 16 (the plan dialog's snapshot), built like preflight does."""
+    from importlib.resources import files
+
+    from specconsole.actions.deploy import DeployPlan
+    from specconsole.actions.sglang_flags import Argv, SglangCli
+    from specconsole.actions.unit import dropin_text, parse_unit
+
+    unit = parse_unit("sglang.service", SAMPLE_UNIT)
+    cli = SglangCli.from_help(files("specconsole.lab.data").joinpath("serve-help-0.5.23.txt").read_text())
+    args = Argv.parse(unit.exec_start, cli)
+    concepts = ("algorithm", "draft_model", "block_size", "num_draft_tokens", "draft_window", "num_steps",
+                "eagle_topk")
+    names = {c: n for c in concepts if (n := cli.name_for(c))}
+    current = {c: args.get(cli.aliases(n)) for c, n in names.items()}
+    new = dict(current, algorithm="DFLASH", block_size="16", num_draft_tokens="16", draft_window="16",
+               num_steps=None, eagle_topk=None)
+    for concept, value in new.items():
+        if value is None:
+            args.remove(cli.aliases(names[concept]))
+        else:
+            args.set(names[concept], value, cli.aliases(names[concept]))
+    plan = DeployPlan(host="serve", unit=unit, cli=cli, version="0.5.23", old_argv=unit.exec_start,
+                      new_argv=args.argv(), current=current, new=new, flag_names=names, old_dropin=None,
+                      new_dropin="", expect={}, base_url="http://127.0.0.1:30000", draft_config=None,
+                      gpu_lines=["GPU 0: 25771 MiB free of 143771 MiB (the restart frees what the old server holds)",
+                                 "GPU 1: 25771 MiB free of 143771 MiB (the restart frees what the old server holds)"],
+                      id="20250602-093000-abc123")
+    plan.new_dropin = dropin_text(plan.new_argv, f"deploy {plan.id}: {plan.summary()}")
+    return plan

