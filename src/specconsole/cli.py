@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from specconsole import __version__, paths
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
-from specconsole.lab.environment import DEMO_DIR
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -263,9 +262,9 @@ def _demo(args: argparse.Namespace) -> int:
     import os
     import signal
 
-    from specconsole.lab.environment import Lab, LabOptions, owner_alive
+    from specconsole.lab.environment import Lab, LabOptions, default_demo_dir, owner_alive
 
-    lab_dir = Path(args.dir or DEMO_DIR).expanduser()
+    lab_dir = Path(args.dir).expanduser() if args.dir else default_demo_dir()
     lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup), say=_say)
     if lab.state.hosts:
         owner = lab.state.owner_pid
@@ -388,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
 
     de = sub.add_parser("demo", help="the whole workflow on this machine: start the lab, open the console on it")
-    de.add_argument("--dir", help=f"demo lab folder (default {DEMO_DIR})")
+    de.add_argument("--dir", help=f"demo lab folder (default {paths.state_dir() / 'demo'})")
     de.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
     de.add_argument("--no-console", action="store_true", help="start the lab only and wait (Ctrl-C stops it)")
 

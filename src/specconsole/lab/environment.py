@@ -45,11 +45,8 @@ from specconsole.errors import SpecConsoleError
 Say = Callable[[str], None]
 
 LAB_DIR_ENV = "SPECCONSOLE_LAB_DIR"
-#: Where ``specconsole demo`` keeps its lab (apart from ``lab up``'s, which it must not disturb).
-DEMO_DIR = str(paths.state_dir() / "demo")
 #: Set to the host's root folder in every process the lab starts (and in each SSH session).
 LAB_ROOT_ENV = "SPECCONSOLE_LAB_ROOT"
-DEFAULT_LAB_DIR = str(paths.state_dir() / "lab")
 
 TRAIN_GPUS = 8
 SERVE_GPUS = 2
@@ -134,13 +131,18 @@ class LabOptions:
 
 
 def default_lab_dir() -> Path:
-    return Path(os.environ.get(LAB_DIR_ENV, DEFAULT_LAB_DIR)).expanduser()
+    return Path(os.environ.get(LAB_DIR_ENV) or paths.state_dir() / "lab").expanduser()
+
+
+def default_demo_dir() -> Path:
+    """Where ``specconsole demo`` keeps its lab (read at call time: XDG/HOME may change)."""
+    return paths.state_dir() / "demo"
 
 
 def running_lab() -> Lab | None:
     """The lab that runs in the default lab folder, else the demo's (``lab status`` and a
     config-less console find either), else None."""
-    for lab_dir in dict.fromkeys((default_lab_dir(), Path(DEMO_DIR).expanduser())):
+    for lab_dir in dict.fromkeys((default_lab_dir(), default_demo_dir())):
         lab = Lab(lab_dir)
         if lab.is_running():
             return lab
