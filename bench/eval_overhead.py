@@ -32,7 +32,7 @@ from specconsole.eval.runner import run_eval
 from specconsole.eval.simlab import SimServer, dflash_draft_dir
 from specconsole.eval.store import ResultStore
 from specconsole.eval.suite import Suite, Task, load_suite
-from specconsole.sources.sglang import SglangClient
+from specconsole.sglang import SglangClient
 
 
 def cpu() -> float:

@@ -24,7 +24,7 @@ from specconsole.eval.simlab import SimServer, dflash_draft_dir, free_port
 from specconsole.eval.store import ResultStore, load_run_file
 from specconsole.eval.suite import Suite, Task, load_suite
 from specconsole.lab.environment import Lab
-from specconsole.sources.sglang import SglangClient
+from specconsole.sglang import SglangClient
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from specconsole.sources.sglang import SglangClient, SglangError
+from specconsole.sglang import SglangClient, SglangError
 
 DRIP_S = 0.2        # well under the client's 1 s per-read timeout
 TEST_BOUND_S = 15.0  # the test fails (instead of hanging) when nothing ends the request

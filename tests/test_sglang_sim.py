@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from specconsole.lab import sglang_sim
-from specconsole.sources.sglang import SglangClient, SglangError
+from specconsole.sglang import SglangClient, SglangError
 
 PROMPTS = [
     "What is 17 * 23? Show your work.",

@@ -24,14 +24,8 @@ from specconsole.hosts.local import LocalHost
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.environment import Lab
 from specconsole.samples import Sample
-from specconsole.sources.sglang import (
-    ServerState,
-    SglangClient,
-    SglangError,
-    SglangSnapshot,
-    SglangSource,
-    parse_metrics,
-)
+from specconsole.sglang import SglangClient, SglangError, parse_metrics
+from specconsole.sources.sglang import ServerState, SglangSnapshot, SglangSource
 
 
 # -- helpers ------------------------------------------------------------------------------

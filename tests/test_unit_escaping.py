@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED
-from specconsole.actions.rebase import find_drift
-from specconsole.actions.sglang_flags import SglangCli
-from specconsole.actions.unit import DEPLOY_DROPIN, UnitError, dropin_text, parse_unit, quote_exec, split_cat
+from specconsole.sglang.flags import SglangCli
+from specconsole.sglang.rebase import find_drift
+from specconsole.sglang.unit import DEPLOY_DROPIN, UnitError, dropin_text, parse_unit, quote_exec, split_cat
 
 SPECIFIERS = {"h": "/root", "n": "sglang.service", "N": "sglang", "u": "root", "t": "/run", "%": "%"}
 WS = " \t\n"

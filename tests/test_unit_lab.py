@@ -21,8 +21,8 @@ import pytest
 
 from specconsole.actions.deploy import BaseUnitChanged, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
-from specconsole.actions.unit import DEPLOY_DROPIN
 from specconsole.lab.environment import Lab
+from specconsole.sglang.unit import DEPLOY_DROPIN
 from test_deploy import _serve_lab, connect, server_info, unit_digest
 
 WEIRD = "d r'a\"f\\t 100% %h ;ü日本"

@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specconsole.actions.rebase import BaseDrift, find_drift
-from specconsole.actions.sglang_flags import CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.actions.steps import HEARTBEAT_EVERY_S, Steps, _short
-from specconsole.actions.unit import (
+from specconsole.config import HostConfig
+from specconsole.errors import HostUnavailable, SpecConsoleError
+from specconsole.hosts import CommandResult, Host
+from specconsole.hosts.commands import Command
+from specconsole.sglang.flags import CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
+from specconsole.sglang.rebase import BaseDrift, find_drift
+from specconsole.sglang.unit import (
     SPECIFIER,
     ServiceUnit,
     UnitError,
@@ -41,10 +45,6 @@ from specconsole.actions.unit import (
     quote_exec,
     show_word,
 )
-from specconsole.config import HostConfig
-from specconsole.errors import HostUnavailable, SpecConsoleError
-from specconsole.hosts import CommandResult, Host
-from specconsole.hosts.commands import Command
 
 AGENT_SOURCE = Path(__file__).with_name("deploy_agent.py")
 SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
@@ -382,7 +382,7 @@ def _show(value: str | None) -> str:
 
 async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | None:
     """The running server's version from /server_info (None when it does not answer)."""
-    from specconsole.sources.sglang import SglangClient
+    from specconsole.sglang import SglangClient
 
     assert cfg.sglang is not None
     url = cfg.sglang.base_url

@@ -27,7 +27,7 @@ from typing import Any
 from specconsole.actions.steps import Steps
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult, make_run_id, utc_now_iso
 from specconsole.eval.suite import Suite, Task
-from specconsole.sources.sglang import ServerInfo, SglangClient, SglangError
+from specconsole.sglang import ServerInfo, SglangClient, SglangError
 
 #: Called after each task: (result, tasks finished so far, total tasks).
 OnResult = Callable[[TaskResult, int, int], None]
@@ -153,7 +153,7 @@ async def run_eval(client: SglangClient, suite: Suite, *, label: str | None = No
                    keep_text: bool = True, source: dict[str, Any] | None = None) -> EvalRun:
     """Run every task of ``suite`` against ``client`` (``concurrency`` at a time); the run is not saved.
 
-    Raises :class:`~specconsole.sources.sglang.SglangError` only when ``/server_info`` fails
+    Raises :class:`~specconsole.sglang.SglangError` only when ``/server_info`` fails
     (nothing measured yet); task failures are recorded in the run.
     """
     if concurrency < 1:

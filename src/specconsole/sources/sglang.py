@@ -1,31 +1,31 @@
-"""The SGLang data source: health, resolved server args and Prometheus metrics of a server.
+"""The SGLang data source: polls one server's health, resolved server args and metrics.
 
-:class:`SglangClient` speaks SGLang's HTTP API (``/health``, ``/server_info``, ``/metrics``,
-``/generate``) and turns every failure into a one-line :class:`SglangError` naming the URL
-and the fix. :class:`SglangSource` polls one server and publishes :class:`SglangSnapshot`
-samples; it never raises for network errors.
+:class:`SglangSource` publishes :class:`SglangSnapshot` samples and never raises for network
+errors. The HTTP client, ``/server_info`` and ``/metrics`` reading live in
+:mod:`specconsole.sglang`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from specconsole.config import SglangConfig
-from specconsole.errors import HostError, SpecConsoleError
+from specconsole.errors import HostError
 from specconsole.hosts.base import ConnState, Host
 from specconsole.samples import Sample
+from specconsole.sglang.client import SglangClient, SglangError, one_line
+from specconsole.sglang.info import ServerInfo
+from specconsole.sglang.metrics import SglangMetrics
 from specconsole.sources import Publish
+
+#: Re-exported for the UI and older imports; the client lives in :mod:`specconsole.sglang`.
+__all__ = ["ServerInfo", "ServerState", "SglangClient", "SglangError", "SglangMetrics", "SglangSnapshot",
+           "SglangSource"]
 
 
 class ServerState(StrEnum):
@@ -37,111 +37,6 @@ class ServerState(StrEnum):
     UNREACHABLE = "unreachable"
 
 
-class SglangError(SpecConsoleError):
-    """An SGLang call failed. ``kind``: refused, timeout, http, metrics_disabled,
-    unauthorized, malformed, disconnected, transport. ``status_code`` is set for HTTP
-    answers."""
-
-    def __init__(self, kind: str, message: str, status_code: int | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status_code = status_code
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
-
-
-@dataclass(frozen=True, slots=True)
-class ServerInfo:
-    """What ``/server_info`` says about the deployment.
-
-    ``algorithm`` is as the server resolved it (SGLang reports NEXTN as ``EAGLE``).
-    ``block_size`` is the DFLASH block (``speculative_dflash_block_size``, or the resolved
-    ``speculative_num_draft_tokens`` for DFLASH). ``avg_accept_length`` averages
-    ``internal_states[*].avg_spec_accept_length`` (None when absent or 0: no traffic yet).
-    """
-
-    version: str | None
-    algorithm: str | None
-    draft_model_path: str | None
-    block_size: int | None
-    num_draft_tokens: int | None
-    draft_window: int | None
-    model_path: str | None
-    avg_accept_length: float | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ServerInfo:
-        algo = data.get("speculative_algorithm")
-        algo = algo.upper() if isinstance(algo, str) and algo else None
-        ndt = _int(data.get("speculative_num_draft_tokens"))
-        block = _int(data.get("speculative_dflash_block_size"))
-        if block is None and algo == "DFLASH":
-            block = ndt
-        lengths = []
-        states = data.get("internal_states")
-        if isinstance(states, list):
-            for item in states:
-                if isinstance(item, dict):
-                    v = _float(item.get("avg_spec_accept_length"))
-                    if v is not None and v > 0:
-                        lengths.append(v)
-        draft = data.get("speculative_draft_model_path")
-        model = data.get("model_path")
-        version = data.get("version")
-        return cls(
-            version=str(version) if version is not None else None,
-            algorithm=algo,
-            draft_model_path=draft if isinstance(draft, str) else None,
-            block_size=block,
-            num_draft_tokens=ndt,
-            draft_window=_int(data.get("speculative_draft_window_size")),
-            model_path=model if isinstance(model, str) else None,
-            avg_accept_length=sum(lengths) / len(lengths) if lengths else None,
-            raw=data,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SglangMetrics:
-    """One ``/metrics`` scrape, aggregated over label sets (DP/TP ranks, models).
-
-    Sums: throughput, running/queued requests, counters. Means: accept length and rate.
-    Max: token_usage (the fullest rank is the bottleneck). ``tokens_per_s`` is the
-    ``gen_throughput`` gauge, or, when the server has no such gauge, the rate of
-    ``generation_tokens_total`` since the previous scrape (None on the first one).
-    """
-
-    gen_throughput: float | None
-    tokens_per_s: float | None
-    running_reqs: int | None
-    queued_reqs: int | None
-    spec_accept_length: float | None
-    generation_tokens_total: float | None
-    token_usage: float | None
-    spec_accept_rate: float | None = None
-    spec_verify_calls_total: float | None = None
-    prompt_tokens_total: float | None = None
-    num_requests_total: float | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class SglangSnapshot:
     state: ServerState
@@ -150,265 +45,6 @@ class SglangSnapshot:
     info: ServerInfo | None
     metrics: SglangMetrics | None
     at: float
-
-
-# ---------------------------------------------------------------------------------------
-# Prometheus parsing
-# ---------------------------------------------------------------------------------------
-_SUM = {
-    "sglang:gen_throughput": "gen_throughput",
-    "sglang:num_running_reqs": "running_reqs",
-    "sglang:num_queue_reqs": "queued_reqs",
-    "sglang:generation_tokens_total": "generation_tokens_total",
-    "sglang:prompt_tokens_total": "prompt_tokens_total",
-    "sglang:spec_verify_calls_total": "spec_verify_calls_total",
-    "sglang:num_requests_total": "num_requests_total",
-}
-_MEAN = {
-    "sglang:spec_accept_length": "spec_accept_length",
-    "sglang:spec_accept_rate": "spec_accept_rate",
-}
-_MAX = {"sglang:token_usage": "token_usage"}
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Aggregate the SGLang series of a Prometheus text page (see :class:`SglangMetrics`).
-
-    Raises ValueError on text that is not the Prometheus format.
-    """
-    sums: dict[str, float] = {}
-    means: dict[str, list[float]] = {}
-    maxes: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name, value = sample.name, sample.value
-            if value is None or math.isnan(value):
-                continue
-            if name in _SUM:
-                key = _SUM[name]
-                sums[key] = sums.get(key, 0.0) + value
-            elif name in _MEAN:
-                means.setdefault(_MEAN[name], []).append(value)
-            elif name in _MAX:
-                key = _MAX[name]
-                maxes[key] = max(maxes.get(key, value), value)
-    out = dict(sums)
-    out.update({k: sum(v) / len(v) for k, v in means.items() if v})
-    out.update(maxes)
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# The client
-# ---------------------------------------------------------------------------------------
-class SglangClient:
-    """Async client for one SGLang server. Every failure raises a one-line SglangError."""
-
-    #: Scrapes closer together than this reuse the previous counter rate.
-    MIN_RATE_INTERVAL_S = 0.05
-
-    def __init__(self, base_url: str, *, timeout_s: float, api_key: str | None = None,
-                 unit: str = "sglang.service", display_url: str | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        #: The URL messages name (a tunnel's local end means nothing to the operator).
-        self.display_url = (display_url or base_url).rstrip("/")
-        self.timeout_s = timeout_s
-        self.unit = unit
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s,
-                                       headers=headers, trust_env=False)
-        self._last_gen: tuple[float, float] | None = None  # (monotonic, total)
-        self._last_rate: float | None = None
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def __aenter__(self) -> SglangClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    # -- plumbing -----------------------------------------------------------------------
-    async def _request(self, method: str, path: str, *, timeout_s: float | None = None,
-                       **kwargs: Any) -> httpx.Response:
-        url = f"{self.display_url}{path}"
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            # httpx's timeout bounds each read, not the request: a server that drips a byte at a
-            # time would never time out. The whole request, body included, gets one deadline.
-            async with asyncio.timeout(timeout):
-                return await self._http.request(method, path, timeout=timeout, **kwargs)
-        except TimeoutError:
-            raise SglangError(
-                "timeout",
-                f"SGLang at {url} did not answer within {timeout:g} s (total deadline, body included) — "
-                f"is the server overloaded or stuck? check `journalctl -u {self.unit}`",
-            ) from None
-        except httpx.ConnectError as exc:
-            if _refused(exc):
-                raise SglangError(
-                    "refused",
-                    f"nothing listening at {self.display_url} — is the service running? "
-                    f"`systemctl status {self.unit}`",
-                ) from None
-            raise SglangError("transport", f"cannot connect to {self.display_url}: "
-                              f"{_one_line(exc)}") from None
-        except httpx.TimeoutException:
-            raise SglangError(
-                "timeout",
-                f"SGLang at {url} did not answer within {timeout:g} s — is the server overloaded or "
-                f"stuck? check `journalctl -u {self.unit}`",
-            ) from None
-        except httpx.RemoteProtocolError as exc:
-            raise SglangError("disconnected", f"{url} closed the connection without answering "
-                              f"({_one_line(exc)})") from None
-        except httpx.HTTPError as exc:
-            raise SglangError("transport", f"{url}: {_one_line(exc)}") from None
-
-    def _http_error(self, resp: httpx.Response, path: str) -> SglangError:
-        url = f"{self.display_url}{path}"
-        code = resp.status_code
-        if code == 401:
-            return SglangError("unauthorized", f"{url} answered 401 Unauthorized — set the "
-                               "console's sglang api_key to the server's --api-key", code)
-        detail = _error_detail(resp)
-        msg = f"{url} answered {code} {resp.reason_phrase or ''}".rstrip()
-        if detail:
-            msg += f": {detail}"
-        return SglangError("http", msg, code)
-
-    @staticmethod
-    def _json(resp: httpx.Response, url: str) -> Any:
-        try:
-            return resp.json()
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise SglangError("malformed", f"{url} answered malformed JSON: {_one_line(exc)}",
-                              resp.status_code) from None
-
-    # -- API ----------------------------------------------------------------------------
-    async def health(self) -> int:
-        """200 when ready, 503 while starting or shutting down; anything else raises."""
-        resp = await self._request("GET", "/health")
-        if resp.status_code in (200, 503):
-            return resp.status_code
-        raise self._http_error(resp, "/health")
-
-    async def server_info(self) -> ServerInfo:
-        """``/server_info`` (falling back to the deprecated ``/get_server_info``)."""
-        path = "/server_info"
-        resp = await self._request("GET", path)
-        if resp.status_code == 404:
-            path = "/get_server_info"
-            resp = await self._request("GET", path)
-        if resp.status_code != 200:
-            raise self._http_error(resp, path)
-        data = self._json(resp, f"{self.display_url}{path}")
-        if not isinstance(data, dict):
-            raise SglangError("malformed", f"{self.display_url}{path} answered malformed JSON: "
-                              f"expected an object, got {type(data).__name__}", 200)
-        return ServerInfo.from_json(data)
-
-    async def metrics(self) -> SglangMetrics:
-        resp = await self._request("GET", "/metrics")
-        now = time.monotonic()
-        url = f"{self.display_url}/metrics"
-        if resp.status_code == 404:
-            raise SglangError("metrics_disabled",
-                              f"{url}: metrics disabled: launch with --enable-metrics", 404)
-        if resp.status_code != 200:
-            raise self._http_error(resp, "/metrics")
-        try:
-            values = parse_metrics(resp.text)
-        except ValueError as exc:
-            raise SglangError("malformed", f"{url} answered malformed Prometheus text: "
-                              f"{_one_line(exc)}", 200) from None
-        gen_total = values.get("generation_tokens_total")
-        rate = None
-        if gen_total is not None:
-            prev = self._last_gen
-            if prev is not None and gen_total < prev[1]:
-                prev = None  # the counter went back: the server restarted
-            if prev is not None and now - prev[0] < self.MIN_RATE_INTERVAL_S:
-                rate = self._last_rate  # too close to the last scrape to be meaningful
-            else:
-                if prev is not None:
-                    rate = (gen_total - prev[1]) / (now - prev[0])
-                self._last_gen = (now, gen_total)
-            self._last_rate = rate
-        gauge = values.get("gen_throughput")
-        running, queued = values.get("running_reqs"), values.get("queued_reqs")
-        return SglangMetrics(
-            gen_throughput=gauge,
-            tokens_per_s=gauge if gauge is not None else rate,
-            running_reqs=int(running) if running is not None else None,
-            queued_reqs=int(queued) if queued is not None else None,
-            spec_accept_length=values.get("spec_accept_length"),
-            generation_tokens_total=gen_total,
-            token_usage=values.get("token_usage"),
-            spec_accept_rate=values.get("spec_accept_rate"),
-            spec_verify_calls_total=values.get("spec_verify_calls_total"),
-            prompt_tokens_total=values.get("prompt_tokens_total"),
-            num_requests_total=values.get("num_requests_total"),
-        )
-
-    async def generate(self, text: str, max_new_tokens: int, temperature: float = 0, *,
-                       timeout_s: float | None = None) -> dict[str, Any]:
-        """``POST /generate``; the answer's ``text`` and ``meta_info`` as SGLang sends them.
-
-        ``timeout_s`` defaults to ``max(60, timeout_s of the client)``: generation takes
-        longer than a health check.
-        """
-        body = {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens,
-                                                  "temperature": temperature}}
-        limit = timeout_s if timeout_s is not None else max(60.0, self.timeout_s)
-        resp = await self._request("POST", "/generate", json=body, timeout_s=limit)
-        if resp.status_code != 200:
-            raise self._http_error(resp, "/generate")
-        data = self._json(resp, f"{self.display_url}/generate")
-        if not isinstance(data, dict) or not isinstance(data.get("meta_info"), dict):
-            raise SglangError("malformed", f"{self.display_url}/generate answered without "
-                              "meta_info", 200)
-        return data
-
-
-def _refused(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, ConnectionRefusedError):
-            return True
-        text = str(cur).lower()
-        if "connection refused" in text or "errno 111" in text or "connect call failed" in text:
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return " ".join(text.split())[:200]
-
-
-def _error_detail(resp: httpx.Response) -> str:
-    """SGLang's ``{"error": {"message": ...}}`` / FastAPI's ``{"detail": ...}``, or text."""
-    try:
-        data = resp.json()
-    except (ValueError, UnicodeDecodeError):
-        data = None
-    msg: Any = None
-    if isinstance(data, dict):
-        err = data.get("error")
-        msg = err.get("message") if isinstance(err, dict) else err
-        msg = msg or data.get("detail") or data.get("message")
-    if msg is None:
-        with contextlib.suppress(Exception):
-            msg = resp.text
-    if not msg:
-        return ""
-    text = msg if isinstance(msg, str) else json.dumps(msg)
-    return " ".join(text.split())[:160]
 
 
 # ---------------------------------------------------------------------------------------
@@ -467,7 +103,7 @@ class SglangSource:
                 return self._unreachable(lost)
             return self._snap(ServerState.ERROR, None,
                               f"{self.host.name}: cannot reach {self.cfg.base_url}: "
-                              f"{_one_line(exc)}")
+                              f"{one_line(exc)}")
         try:
             code = await client.health()
         except SglangError as exc:

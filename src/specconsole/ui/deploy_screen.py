@@ -77,8 +77,8 @@ def _unique(items: Any) -> list[str]:
 
 async def discover_algorithms(host: Host, cfg: HostConfig, steps: Any) -> list[str]:
     """Ask the installed SGLang (the unit's own program) which speculative algorithms it has."""
-    from specconsole.actions.sglang_flags import Argv, SglangCli, help_command
-    from specconsole.actions.unit import parse_unit
+    from specconsole.sglang.flags import Argv, SglangCli, help_command
+    from specconsole.sglang.unit import parse_unit
 
     if cfg.sglang is None:
         return []

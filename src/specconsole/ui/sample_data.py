@@ -15,8 +15,9 @@ from specconsole.events import Event, EventLog
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
+from specconsole.sglang import ServerInfo, SglangMetrics
 from specconsole.sources.gpu import GpuProcess, GpuReading, GpuSnapshot, GpuState
-from specconsole.sources.sglang import ServerInfo, ServerState, SglangMetrics, SglangSnapshot
+from specconsole.sources.sglang import ServerState, SglangSnapshot
 from specconsole.sources.training import TrainingProgress, TrainingRecord
 from specconsole.ui.history import History
 from specconsole.ui.provider import FixedStatuses
@@ -200,8 +201,8 @@ def sample_plan() -> Any:
     from importlib.resources import files
 
     from specconsole.actions.deploy import DeployPlan
-    from specconsole.actions.sglang_flags import Argv, SglangCli
-    from specconsole.actions.unit import dropin_text, parse_unit
+    from specconsole.sglang.flags import Argv, SglangCli
+    from specconsole.sglang.unit import dropin_text, parse_unit
 
     unit = parse_unit("sglang.service", SAMPLE_UNIT)
     cli = SglangCli.from_help(files("specconsole.lab.data").joinpath("serve-help-0.5.23.txt").read_text())

@@ -2,7 +2,7 @@
 
 The deploy drop-in restates the whole ExecStart, so an edit to the base unit made after a
 deploy (a new ``--port``, another model) is silently shadowed by it. The drop-in records a
-fingerprint of the base ExecStart it was built on (:func:`~specconsole.actions.unit.dropin_text`);
+fingerprint of the base ExecStart it was built on (:func:`~specconsole.sglang.unit.dropin_text`);
 :func:`find_drift` compares it with the base unit as it is now. For drop-ins written before the
 fingerprint existed, a difference in any option the console does not manage counts as drift.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specconsole.actions.sglang_flags import CONCEPTS, Argv, SglangCli
-from specconsole.actions.unit import ServiceUnit, dropin_base, exec_digest, show_word
+from specconsole.sglang.flags import CONCEPTS, Argv, SglangCli
+from specconsole.sglang.unit import ServiceUnit, dropin_base, exec_digest, show_word
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""What SGLang's ``/server_info`` says about a deployment, read whichever names the version uses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What ``/server_info`` says about the deployment.
+
+    ``algorithm`` is as the server resolved it (SGLang reports NEXTN as ``EAGLE``).
+    ``block_size`` is the DFLASH block (``speculative_dflash_block_size``, or the resolved
+    ``speculative_num_draft_tokens`` for DFLASH). ``avg_accept_length`` averages
+    ``internal_states[*].avg_spec_accept_length`` (None when absent or 0: no traffic yet).
+    """
+
+    version: str | None
+    algorithm: str | None
+    draft_model_path: str | None
+    block_size: int | None
+    num_draft_tokens: int | None
+    draft_window: int | None
+    model_path: str | None
+    avg_accept_length: float | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ServerInfo:
+        algo = data.get("speculative_algorithm")
+        algo = algo.upper() if isinstance(algo, str) and algo else None
+        ndt = _int(data.get("speculative_num_draft_tokens"))
+        block = _int(data.get("speculative_dflash_block_size"))
+        if block is None and algo == "DFLASH":
+            block = ndt
+        lengths = []
+        states = data.get("internal_states")
+        if isinstance(states, list):
+            for item in states:
+                if isinstance(item, dict):
+                    v = _float(item.get("avg_spec_accept_length"))
+                    if v is not None and v > 0:
+                        lengths.append(v)
+        draft = data.get("speculative_draft_model_path")
+        model = data.get("model_path")
+        version = data.get("version")
+        return cls(
+            version=str(version) if version is not None else None,
+            algorithm=algo,
+            draft_model_path=draft if isinstance(draft, str) else None,
+            block_size=block,
+            num_draft_tokens=ndt,
+            draft_window=_int(data.get("speculative_draft_window_size")),
+            model_path=model if isinstance(model, str) else None,
+            avg_accept_length=sum(lengths) / len(lengths) if lengths else None,
+            raw=data,
+        )
+
+
