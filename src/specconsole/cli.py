@@ -201,7 +201,8 @@ async def _deploy(args: argparse.Namespace) -> int:
     events = EventLog(config.console.audit_log)
     steps = Steps("deploy", _step_printer(events))
     request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
-                            draft_model=args.draft_model, health_timeout_s=args.health_timeout,
+                            draft_model=args.draft_model, tree_budget=args.tree_budget,
+                            attention_backend=args.attention_backend, health_timeout_s=args.health_timeout,
                             rebase=args.rebase)
     cfg, host = await _connected_host(config, args.host, "serve", steps)
     try:
@@ -310,7 +311,8 @@ def _lab(args: argparse.Namespace) -> int:
 
     lab_dir = Path(args.dir).expanduser() if args.dir else None
     if args.lab_command == "up":
-        options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer)
+        options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer,
+                             sglang_version=args.sglang_version)
         lab = Lab(lab_dir, options, say=_say)
         try:
             lab.up()
@@ -367,12 +369,19 @@ def build_parser() -> argparse.ArgumentParser:
     kt.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3): read-only mode changes no host")
 
-    dp = sub.add_parser("deploy", help="change SGLang's DFLASH draft window / algorithm, restart, verify, roll back")
+    dp = sub.add_parser("deploy", help="change SGLang's speculative algorithm and its settings (DFLASH window, "
+                                       "DDTREE block size and tree budget), restart, verify, roll back")
     dp.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     dp.add_argument("--host", help="serving host name (default: the only one)")
-    dp.add_argument("--algorithm", help="speculative algorithm, e.g. DFLASH or NEXTN (default: keep)")
-    dp.add_argument("--draft-window", metavar="N", help="DFLASH draft window (>= block size)")
-    dp.add_argument("--block-size", metavar="N", help="DFLASH block size (default: the draft model's)")
+    dp.add_argument("--algorithm", help="speculative algorithm the host's SGLang offers, e.g. DFLASH, DDTREE or "
+                                        "NEXTN (default: keep)")
+    dp.add_argument("--draft-window", metavar="N", help="DFLASH/DDTREE draft window (>= block size)")
+    dp.add_argument("--block-size", metavar="N", help="DFLASH/DDTREE block size = draft tokens per step "
+                                                      "(--speculative-num-draft-tokens; default: the draft model's)")
+    dp.add_argument("--tree-budget", metavar="N", help="DDTREE tree budget (--speculative-ddtree-budget, >= 1; "
+                                                       "default block size - 1: a chain; larger: a tree)")
+    dp.add_argument("--attention-backend", metavar="NAME", help="SGLang's --attention-backend (DDTREE with a "
+                                                                "budget > block size - 1 needs triton; default: keep)")
     dp.add_argument("--draft-model", metavar="PATH", help="draft model path on the host (default: config)")
     dp.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health (600)")
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
@@ -395,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
     up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
     up.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
+    up.add_argument("--sglang-version", default="0.5.23",
+                    help="the serving host's simulated SGLang: 0.5.23, or 0.5.24+ddtree (with DDTree)")
     up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
     for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
                    lab_sub.add_parser("status", help="is the lab running, and where is its config")):

@@ -28,35 +28,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specconsole.actions.algorithms import (
+    DeployRefused,
+    SpecContext,
+    SpecInput,
+    check_offered,
+    check_value,
+    plan_settings,
+)
 from specconsole.actions.steps import HEARTBEAT_EVERY_S, Steps, _short
 from specconsole.config import HostConfig
 from specconsole.errors import HostUnavailable, SpecConsoleError
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command
-from specconsole.sglang.flags import CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
+from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.sglang.rebase import BaseDrift, find_drift
-from specconsole.sglang.unit import (
-    SPECIFIER,
-    ServiceUnit,
-    UnitError,
-    check_unit_value,
-    dropin_text,
-    parse_unit,
-    quote_exec,
-    show_word,
-)
+from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, quote_exec, show_word
 
 AGENT_SOURCE = Path(__file__).with_name("deploy_agent.py")
 SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
 #: the agent heartbeats every 0.5 s while it waits; this long without any event, the console
 #: checks whether its process is still there
 AGENT_SILENT_S = 20.0
-
-
-class DeployRefused(SpecConsoleError):
-    """Preflight refused the deploy; nothing on the host was changed."""
-
-    exit_code = 2
 
 
 class BaseUnitChanged(DeployRefused):
@@ -76,6 +69,10 @@ class DeployRequest:
     draft_window: str | int | None = None
     block_size: str | int | None = None
     draft_model: str | None = None
+    #: DDTREE's tree budget (``--speculative-ddtree-budget``; default: block size - 1)
+    tree_budget: str | int | None = None
+    #: SGLang's ``--attention-backend`` (DDTREE's full-tree mode needs triton; default: keep)
+    attention_backend: str | None = None
     health_timeout_s: float = 600.0
     smoke_tokens: int = 64
     #: Build the new ExecStart from the current base unit (without the deploy drop-in) instead
@@ -101,6 +98,8 @@ class DeployPlan:
     draft_config: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
     gpu_lines: list[str] = field(default_factory=list)
+    #: what SGLang will do with these settings (DDTREE's mode, overlap scheduling)
+    notes: list[str] = field(default_factory=list)
     health_timeout_s: float = 600.0
     smoke_tokens: int = 64
     #: Set when this plan rebases: how the base unit had drifted from the old drop-in.
@@ -149,6 +148,7 @@ class DeployPlan:
         lines.append(f"  restarts: {self.unit.name} (every request in flight is dropped); expected downtime: "
                      f"the server's start-up time, health timeout {self.health_timeout_s:g}s, then rollback")
         lines += [f"  {g}" for g in self.gpu_lines]
+        lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  warning: {w}" for w in self.warnings]
         return lines
 
@@ -195,10 +195,12 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         raise DeployRefused(f"{cfg.name}: no [hosts.sglang] configured; nothing to deploy")
     unit_name = cfg.sglang.unit
     window_in = _positive_int(request.draft_window, "the draft window", "--speculative-draft-window-size")
-    block_in = _positive_int(request.block_size, "the block size", "--speculative-dflash-block-size")
-    algo_in = request.algorithm.upper() if request.algorithm else None
-    for what, raw in (("--draft-model", request.draft_model), ("--algorithm", request.algorithm)):
-        _check_value(what, raw)
+    block_in = _positive_int(request.block_size, "the block size", "--speculative-num-draft-tokens")
+    budget_in = _positive_int(request.tree_budget, "the tree budget", "--speculative-ddtree-budget")
+    algo_in = request.algorithm.strip().upper() if request.algorithm else None
+    for what, raw in (("--draft-model", request.draft_model), ("--algorithm", request.algorithm),
+                      ("--attention-backend", request.attention_backend)):
+        check_value(what, raw)
 
     steps.begin("read the unit", f"reading {unit_name}")
     cat = await steps.run(host, ["systemctl", "cat", unit_name])
@@ -233,9 +235,10 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     if not cli.flags:
         raise DeployRefused(f"{cfg.name}: `{shlex.join(help_command(argv0.prefix))}` printed no options "
                             f"(exit {help_res.exit_status}); is ExecStart's program SGLang?")
-    names = {c: cli.name_for(c) for c in ("algorithm", "draft_model", "block_size", "num_draft_tokens",
-                                           "draft_window", "num_steps", "eagle_topk")}
-    flag_names = {c: n for c, n in names.items() if n}
+    names = {c: cli.name_for(c) for c in (*CONCEPTS, *CHECKED)}
+    if cli.same(names["block_size"], names["num_draft_tokens"]):
+        names["block_size"] = None  # one option under two names (newer SGLang): the block is num_draft_tokens
+    flag_names = {c: n for c, n in names.items() if n and c in CONCEPTS}
     steps.info("flag names: " + ", ".join(f"{c} {n}" for c, n in flag_names.items()))
     args = Argv.parse(unit.exec_start, cli)
     drift = find_drift(unit, base, cli) if base is not unit else None
@@ -252,80 +255,36 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     version = await _server_version(host, cfg, steps)
 
     algo = algo_in or (cur["algorithm"].upper() if cur["algorithm"] else None)
-    if (algo_in or window_in or block_in or request.draft_model) and algo is None:
-        raise DeployRefused("no speculative algorithm in the unit; pass --algorithm DFLASH (or NEXTN)")
-    for concept, given in (("draft_window", window_in), ("block_size", block_in), ("algorithm", algo_in)):
-        if given is not None and concept not in flag_names:
+    if (algo_in or window_in or block_in or budget_in or request.draft_model) and algo is None:
+        raise DeployRefused("no speculative algorithm in the unit; pass --algorithm DFLASH (or NEXTN, DDTREE)")
+    ctx = SpecContext(cfg.name, unit_name, version, cli, names, cur, cfg.sglang.draft_model_path, warnings)
+    check_offered(ctx, algo_in)
+    for concept, value_in in (("draft_window", window_in), ("algorithm", algo_in), ("tree_budget", budget_in),
+                           ("attention_backend", request.attention_backend)):
+        if value_in is not None and concept not in flag_names:
             raise DeployRefused(f"SGLang {version or ''} on {cfg.name} has no flag for the {concept.replace('_', ' ')} "
                                 f"(looked for {', '.join(CONCEPTS[concept])} in its --help)".replace("  ", " "))
-
-    new = dict(cur)
-    draft_cfg: dict[str, Any] | None = None
-    if algo == "DFLASH":
-        steps.begin("draft model", "reading the draft model's config.json")
-        draft = request.draft_model or cur["draft_model"] or cfg.sglang.draft_model_path
-        if draft and SPECIFIER in draft:
-            raise DeployRefused(f"the draft model path {show_word(draft)} in {unit_name} uses a systemd % "
-                                f"specifier the console cannot resolve; pass --draft-model with the path written out")
-        _check_value("the draft model path", draft)
-        if not draft:
-            raise DeployRefused("DFLASH needs a draft model: SGLang requires --speculative-draft-model-path; "
-                                "pass --draft-model PATH or set sglang.draft_model_path")
-        text = await _read_text(host, steps, f"{draft.rstrip('/')}/config.json")
-        if text is None:
-            raise DeployRefused(f"draft model {draft} has no config.json on {cfg.name}; check the path "
-                                f"(SGLang requires --speculative-draft-model-path to be a model directory)")
-        try:
-            draft_cfg = json.loads(text)
-        except ValueError:
-            raise DeployRefused(f"{draft}/config.json on {cfg.name} is not valid JSON") from None
-        arch = draft_cfg.get("architectures") or []
-        model_block = draft_cfg.get("block_size") or (draft_cfg.get("dflash_config") or {}).get("block_size")
-        steps.info(f"architectures {arch}, block_size {model_block}")
-        if "DFlashDraftModel" not in arch:
-            warnings.append(f"{draft} is not a DFlashDraftModel (architectures {arch})")
-        block = block_in or _int(cur["block_size"]) or (_int(cur["num_draft_tokens"]) if cur["algorithm"] and
-                                                         cur["algorithm"].upper() == "DFLASH" else None) \
-            or (int(model_block) if model_block else None)
-        if block is None:
-            raise DeployRefused("no block size: pass --block-size N (the draft model's config.json has none)")
-        if model_block and block != int(model_block):
-            warnings.append(f"block size {block} differs from the draft model's block_size {model_block}")
-        window = window_in or _int(cur["draft_window"])
-        steps.begin("constraints", "checking SGLang's DFLASH constraints")
-        if window is not None and window < block:
-            raise DeployRefused(
-                f"draft window {window} is smaller than the block size {block}: SGLang requires "
-                f"--speculative-draft-window-size >= the DFLASH block size (--speculative-num-draft-tokens); "
-                f"use a window of at least {block}")
-        new.update(algorithm="DFLASH", draft_model=draft, draft_window=str(window) if window else None)
-        if "block_size" in flag_names:
-            new["block_size"] = str(block)
-            new["num_draft_tokens"] = str(block) if cur["num_draft_tokens"] is not None else None
-        else:
-            new["num_draft_tokens"] = str(block)
-        new["num_steps"] = None  # DFLASH forces both to 1; leaving them would only warn
-        new["eagle_topk"] = None
-        steps.info(f"block {block}, window {window}: draft window >= block size holds; draft path exists")
-    else:
-        if window_in is not None:
-            new["draft_window"] = str(window_in)
-        if block_in is not None:
-            raise DeployRefused("--block-size applies to DFLASH only; pass --algorithm DFLASH")
-        if algo_in:
-            new["algorithm"] = algo_in
-        if request.draft_model:
-            new["draft_model"] = request.draft_model
+    if block_in is not None and not (flag_names.keys() & {"block_size", "num_draft_tokens"}):
+        raise DeployRefused(f"SGLang {version or ''} on {cfg.name} has no flag for the block size (looked for "
+                            f"{', '.join(CONCEPTS['block_size'] + CONCEPTS['num_draft_tokens'])} in its --help)"
+                            .replace("  ", " "))
+    given = SpecInput(algo_in, window_in, block_in, budget_in, request.draft_model, request.attention_backend)
+    changes, draft_cfg = await plan_settings(host, steps, ctx, given, algo or "") if algo else ({}, None)
+    new = {**cur, **changes}
 
     if request.rebase:  # the current base unit, plus the settings asked for (or kept)
         args = Argv.parse(base.exec_start, cli)
     for concept, value in new.items():
         n = names.get(concept)
-        if not n:
+        if not n or concept not in CONCEPTS:
             continue
         if value is None:
             args.remove(cli.aliases(n))
         elif args.get(cli.aliases(n)) != value:
+            spelled = args.spelling(cli.aliases(n))
+            if spelled is not None and spelled in cli.flags[n].hidden:
+                ctx.notes.append(f"{unit_name} spells {n} as {spelled} (a deprecated alias --help does not "
+                                 f"list); changed in place under that name")
             args.set(n, value, cli.aliases(n))
     new_argv = args.argv()
 
@@ -336,7 +295,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         current=cur, new=new, flag_names=flag_names, old_dropin=unit.file_text(unit.deploy_dropin),
         new_dropin="", expect={}, base_url=cfg.sglang.base_url, draft_config=draft_cfg, warnings=warnings,
         gpu_lines=gpu_lines, health_timeout_s=request.health_timeout_s, smoke_tokens=request.smoke_tokens,
-        rebased=drift)
+        rebased=drift, notes=ctx.notes)
     holder = await _lock_holder(host, plan, steps)
     if holder:
         raise DeployRefused(f"another deploy is running on {cfg.name}: {holder}; wait for it or check "
@@ -347,7 +306,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         raise DeployRefused(f"{cfg.name}: {err}") from None
     plan.expect = {SERVER_INFO_KEYS[c]: _typed(new[c]) for c in SERVER_INFO_KEYS
                    if new.get(c) is not None and c in names and names[c]}
-    if algo == "DFLASH" and new.get("block_size"):
+    if algo in ("DFLASH", "DDTREE") and new.get("block_size"):
         plan.expect["speculative_num_draft_tokens"] = int(new["block_size"] or 0)
     if plan.expect.get("speculative_algorithm") == "NEXTN":  # SGLang resolves NEXTN to EAGLE
         plan.expect["speculative_algorithm"] = ["NEXTN", "EAGLE"]
@@ -355,20 +314,8 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     return plan
 
 
-def _int(value: str | None) -> int | None:
-    return int(value) if value and value.strip().lstrip("+").isdigit() else None
-
-
 def _typed(value: str | None) -> Any:
     return int(value) if value is not None and value.isdigit() else value
-
-
-def _check_value(what: str, value: str | None) -> None:
-    """Refuse a value that would reach the unit file with a control or line-break character."""
-    try:
-        check_unit_value(value or "", what)
-    except UnitError as err:
-        raise DeployRefused(str(err)) from None
 
 
 def _show(value: str | None) -> str:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from specconsole import paths
 from specconsole.errors import SpecConsoleError
+from specconsole.lab.sglang_versions import BASE_VERSION, VERSION_ENV, VERSIONS
 
 Say = Callable[[str], None]
 
@@ -128,6 +129,8 @@ class LabOptions:
     sglang_stop_s: float = 0.0
     #: the unit's Restart= (real units use on-failure; the lab's shim supervises it)
     sglang_restart: str = "no"
+    #: which SGLang the serving host has installed: 0.5.23, or 0.5.24+ddtree (with DDTree)
+    sglang_version: str = BASE_VERSION
 
 
 def default_lab_dir() -> Path:
@@ -187,6 +190,9 @@ class Lab:
                  say: Say | None = None) -> None:
         self.dir = Path(lab_dir).expanduser() if lab_dir else default_lab_dir()
         self.options = options or LabOptions()
+        if self.options.sglang_version not in VERSIONS:
+            raise LabError(f"lab: SGLang version {self.options.sglang_version!r} is not simulated; "
+                           f"use one of {', '.join(VERSIONS)}")
         self.say: Say = say or (lambda _msg: None)
         self.state = LabState.load(self.dir) or LabState(dir=str(self.dir))
 
@@ -350,6 +356,7 @@ class Lab:
                f"{shlex.quote(_tool('journalctl3'))} \"$@\"\n", 0o755)
         _write(root / "bin" / "sglang",
                f"#!/bin/sh\n# SGLang-protocol simulator (SGLang's CUDA engine cannot run here)\n"
+               f"{VERSION_ENV}={shlex.quote(self.options.sglang_version)} "
                f"exec {py} -m specconsole.lab.sglang_sim \"$@\"\n", 0o755)
         _write(root / "bin" / "torchrun", f"#!/bin/sh\nexec {py} -m torch.distributed.run \"$@\"\n", 0o755)
 

@@ -1,5 +1,12 @@
 """A protocol simulator of an SGLang 0.5.23 server (SGLang's CUDA engine cannot run here).
 
+With ``SGLANG_SIM_VERSION=0.5.24+ddtree`` it is an SGLang built with DDTree tree verification
+(see :mod:`specconsole.lab.sglang_versions`): ``DDTREE`` among the algorithms,
+``--speculative-ddtree-budget``, the renamed DFLASH flags as aliases, DDTREE's validation
+(DFLASH's first; no rejection sampling, page size 1, budget >= 1, full-tree mode only with the
+triton attention backend; overlap scheduling off), the log line ``Initialized DDTree worker.
+block_size=B, tree_budget=N`` and ``/server_info`` reporting the renamed settings under both names.
+
 Run it like the real thing::
 
     python -m specconsole.lab.sglang_sim serve --model-path Qwen/Qwen3-8B \\
@@ -117,7 +124,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
-VERSION = "0.5.23"
+from specconsole.lab import sglang_versions
+
+VERSION = sglang_versions.sim_version()
 PROG = "sglang serve"
 FLAGS_FILE = "flags-0.5.23.json"
 HELP_FILE = "serve-help-0.5.23.txt"
@@ -125,7 +134,7 @@ HELP_FILE = "serve-help-0.5.23.txt"
 #: Algorithms SpeculativeAlgorithm.from_string knows in 0.5.23 (NEXTN is resolved to EAGLE
 #: before that, by _resolve_speculative_algorithm_alias).
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
-                    "FROZEN_KV_MTP")
+                    "FROZEN_KV_MTP") + (("DDTREE",) if sglang_versions.has_ddtree(VERSION) else ())
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE", "UNO", "FROZEN_KV_MTP")
 
 
@@ -172,12 +181,12 @@ def _data_text(name: str) -> str:
 
 
 def load_flags() -> list[dict[str, Any]]:
-    return json.loads(_data_text(FLAGS_FILE))
+    return sglang_versions.flags(VERSION, json.loads(_data_text(FLAGS_FILE)))
 
 
 def _split_help() -> tuple[str, str, str]:
     """(the launch_server UserWarning lines, the usage block, the full help)."""
-    text = _data_text(HELP_FILE)
+    text = sglang_versions.help_text(VERSION, _data_text(HELP_FILE))
     start = text.index("usage: ")
     warning, full = text[:start], text[start:]
     usage = full[: full.index("\n\n") + 1]
@@ -390,7 +399,7 @@ def resolve_args(ns: argparse.Namespace) -> Resolved:
             raise LaunchError(
                 "ValueError", f"--speculative-draft-window-size must be positive, got {window}."
             )
-        if algo not in ("EAGLE3", "DFLASH"):
+        if algo not in ("EAGLE3", "DFLASH", "DDTREE"):
             warnings.append(
                 "--speculative-draft-window-size has no effect with speculative_algorithm="
                 f"{algo} (honored by Llama EAGLE-3 and DFLASH only)."
@@ -400,6 +409,9 @@ def resolve_args(ns: argparse.Namespace) -> Resolved:
 
     if algo == "DFLASH":
         _handle_dflash(a, warnings, draft_cfg)
+    elif algo == "DDTREE":  # DDTree verifies a DFlash drafter's block as a tree: DFLASH's rules first
+        _handle_dflash(a, warnings, draft_cfg)
+        _handle_ddtree(a, warnings)
     elif algo == "DSPARK":
         _handle_dspark(a, warnings, draft_cfg)
     elif algo == "NGRAM":
@@ -486,6 +498,37 @@ def _handle_dflash(a: dict[str, Any], warnings: list[str], draft_cfg: dict | Non
         warnings.append(
             "Mixed chunked prefill is disabled because of using dflash speculative decoding."
         )
+
+
+def _handle_ddtree(a: dict[str, Any], warnings: list[str]) -> None:
+    if a.get("speculative_use_rejection_sampling"):
+        raise LaunchError(
+            "ValueError", "DDTREE speculative decoding does not support --speculative-use-rejection-sampling."
+        )
+    page_size = a.get("page_size")
+    if page_size is not None and int(page_size) != 1:
+        raise LaunchError(
+            "ValueError", f"DDTREE speculative decoding requires --page-size 1, got page_size={page_size}."
+        )
+    a["page_size"] = 1
+    block = int(a["speculative_num_draft_tokens"])
+    budget = a.get("speculative_ddtree_budget")
+    budget = block - 1 if budget is None else int(budget)
+    if budget < 1:
+        raise LaunchError(
+            "ValueError", f"--speculative-ddtree-budget must be >= 1, got speculative_ddtree_budget={budget}."
+        )
+    backend = a.get("attention_backend")
+    if budget > block - 1 and backend != "triton":
+        raise LaunchError(
+            "ValueError",
+            f"DDTREE full-tree mode (speculative_ddtree_budget={budget} > speculative_num_draft_tokens - 1 = "
+            f"{block - 1}) requires --attention-backend triton, got attention_backend={backend}.",
+        )
+    a["speculative_ddtree_budget"] = budget
+    if not a.get("disable_overlap_schedule"):
+        a["disable_overlap_schedule"] = True
+        warnings.append("Overlap scheduler is disabled because of using DDTREE speculative decoding.")
 
 
 def _handle_dspark(a: dict[str, Any], warnings: list[str], draft_cfg: dict | None) -> None:
@@ -630,6 +673,8 @@ class SpecModel:
     topk: int
     num_draft_tokens: int
     window: int | None
+    #: DDTREE's node budget (None for the other algorithms)
+    budget: int | None = None
 
     @classmethod
     def from_args(cls, a: dict[str, Any]) -> SpecModel:
@@ -639,11 +684,12 @@ class SpecModel:
         return cls(algo, int(a.get("speculative_num_steps") or 1),
                    int(a.get("speculative_eagle_topk") or 1),
                    int(a.get("speculative_num_draft_tokens") or 1),
-                   a.get("speculative_draft_window_size"))
+                   a.get("speculative_draft_window_size"), a.get("speculative_ddtree_budget"))
 
     @property
     def key(self) -> str:
-        return f"{self.algorithm}/{self.num_steps}/{self.topk}/{self.num_draft_tokens}/{self.window}"
+        return (f"{self.algorithm}/{self.num_steps}/{self.topk}/{self.num_draft_tokens}/{self.window}"
+                + (f"/{self.budget}" if self.budget is not None else ""))
 
     @property
     def cap(self) -> int:
@@ -664,12 +710,15 @@ class SpecModel:
             k_eff = k if k <= 4 else 4 + (k - 4) * 0.5
             tree = 1.0 + (0.08 * math.log2(self.topk) if self.topk > 1 else 0.0)
             value = 1.0 + rate * k_eff * q * tree
-        elif algo in ("DFLASH", "DSPARK"):
+        elif algo in ("DFLASH", "DSPARK", "DDTREE"):
             b = self.num_draft_tokens
             gain = 7.5 * (1.0 - math.exp(-(b - 1) / 9.0))
             w = self.window
             ctx = 1.0 if w is None else 0.86 + 0.14 * (1.0 - math.exp(-w / 96))
-            value = 1.0 + gain * ctx * q * (0.95 if algo == "DSPARK" else 1.0)
+            # a tree (budget > b - 1) keeps more than one candidate per depth: a modest gain
+            tree = 1.0 + 0.08 * math.log2(self.budget / (b - 1)) if self.budget and b > 1 and \
+                self.budget > b - 1 else 1.0
+            value = 1.0 + gain * ctx * q * (0.95 if algo == "DSPARK" else 1.0) * tree
         else:  # NGRAM
             value = 1.0 + 0.8 * q * (1.0 - math.exp(-self.num_draft_tokens / 6.0))
         cap = self.cap
@@ -681,8 +730,8 @@ class SpecModel:
             return 1.0
         if algo in EAGLE_FAMILY:
             return 1.0 + 0.1 * self.num_steps + 0.02 * self.num_draft_tokens
-        if algo in ("DFLASH", "DSPARK"):
-            return 1.22 + 0.012 * self.num_draft_tokens
+        if algo in ("DFLASH", "DSPARK", "DDTREE"):
+            return 1.22 + 0.012 * self.num_draft_tokens + 0.004 * (self.budget or 0)
         return 1.05 + 0.01 * self.num_draft_tokens
 
 
@@ -1122,6 +1171,12 @@ class Server:
             "max_req_input_len": self.context_len - 5,
             "internal_states": self.engine.internal_states(),
         })
+        if sglang_versions.has_ddtree(VERSION):  # renamed settings, reported under both names
+            info["speculative_dflash_draft_window_size"] = info.get("speculative_draft_window_size")
+            info["speculative_dflash_block_size"] = (info.get("speculative_num_draft_tokens")
+                                                     if info.get("speculative_algorithm") in ("DFLASH", "DDTREE")
+                                                     else None)
+            info.setdefault("speculative_ddtree_budget", None)
         return info
 
     def model_info(self) -> dict[str, Any]:
@@ -1421,6 +1476,9 @@ def startup(server: Server, total_s: float, fail: str | None) -> bool:
             return False
         log(f"Load weight end. type={draft_arch}, dtype=torch.bfloat16, avail mem=120.85 GB, "
             "mem usage=1.05 GB.", rank=rank)
+        if spec.algorithm == "DDTREE":
+            log(f"Initialized DDTree worker. block_size={spec.num_draft_tokens}, tree_budget={spec.budget}",
+                rank=rank)
     if not wait(0.05):
         return False
     if fail == "oom":

@@ -10,32 +10,58 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-#: Console concept -> candidate flag names, preferred first (newest spelling first).
+#: Console concept -> candidate flag names, preferred first (newest spelling first). The deploy
+#: drop-in sets these itself (see :func:`specconsole.sglang.rebase.managed_names`).
 CONCEPTS: dict[str, tuple[str, ...]] = {
     "algorithm": ("--speculative-algorithm", "--speculative-algo"),
     "draft_model": ("--speculative-draft-model-path", "--speculative-draft-model"),
     "block_size": ("--speculative-dflash-block-size", "--speculative-block-size"),
     "num_draft_tokens": ("--speculative-num-draft-tokens",),
     "draft_window": ("--speculative-draft-window-size", "--speculative-dflash-draft-window-size"),
+    "tree_budget": ("--speculative-ddtree-budget",),
     "num_steps": ("--speculative-num-steps",),
     "eagle_topk": ("--speculative-eagle-topk",),
+    "attention_backend": ("--attention-backend",),
 }
 
-#: /server_info keys (argparse dests) that report each concept.
+#: Options the deploy reads to check SGLang's rules, but never writes.
+CHECKED: dict[str, tuple[str, ...]] = {
+    "page_size": ("--page-size",),
+    "rejection_sampling": ("--speculative-use-rejection-sampling",),
+}
+
+#: Aliases SGLang accepts but hides from ``--help`` (``help=argparse.SUPPRESS``): canonical name
+#: -> hidden names. Newer SGLang keeps ``--speculative-dflash-draft-window-size`` as a hidden,
+#: deprecated alias of ``--speculative-draft-window-size``.
+HIDDEN_ALIASES: dict[str, tuple[str, ...]] = {
+    "--speculative-draft-window-size": ("--speculative-dflash-draft-window-size",),
+}
+
+#: /server_info keys (argparse dests) that report each concept, preferred first: versions that
+#: renamed a flag may report either name.
 SERVER_INFO_KEYS: dict[str, str] = {
     "algorithm": "speculative_algorithm",
     "draft_model": "speculative_draft_model_path",
     "num_draft_tokens": "speculative_num_draft_tokens",
     "draft_window": "speculative_draft_window_size",
+    "tree_budget": "speculative_ddtree_budget",
 }
 
 _OPTION_LINE = re.compile(r"^ {2}(-{1,2}\S.*?)(?: {2,}|$)")
+_CHOICES = re.compile(r"\{([A-Za-z0-9_.,-]+)\}")
+_BUILTINS = re.compile(r"(?:Builtins|choices|one of)\s*:?\s*([A-Z0-9_]+(?:\s*,\s*[A-Z0-9_]+)+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Flag:
     names: tuple[str, ...]
     takes_value: bool
+    #: ``{a,b}`` choices of the metavar (None: free text)
+    choices: tuple[str, ...] | None = None
+    #: the help text, joined into one line
+    help: str = ""
+    #: names accepted but not listed by ``--help`` (see :data:`HIDDEN_ALIASES`)
+    hidden: tuple[str, ...] = ()
 
 
 @dataclass
@@ -47,18 +73,27 @@ class SglangCli:
     @classmethod
     def from_help(cls, text: str) -> SglangCli:
         cli = cls()
+        entries: list[tuple[str, list[str]]] = []
         for line in text.splitlines():
             m = _OPTION_LINE.match(line)
-            if not m:
-                continue
-            spec = m.group(1)
+            if m:
+                entries.append((m.group(1), [line[m.end():].strip()]))
+            elif entries and line.startswith("   ") and line.strip():
+                entries[-1][1].append(line.strip())
+            elif entries and not line.strip():
+                entries[-1][1].append("\n")  # a blank line ends the help (argparse groups)
+        for spec, help_lines in entries:
             parts = [p.strip() for p in re.split(r",\s+|\s+\|\s+", spec)]
             names = tuple(p.split()[0] for p in parts if p.startswith("-"))
             if not names:
                 continue
             takes_value = any(len(p.split()) > 1 for p in parts)
-            flag = Flag(names, takes_value)
-            for n in names:
+            choices = _CHOICES.search(spec)
+            joined = " ".join(help_lines).split("\n")[0]
+            hidden = tuple(h for n in names for h in HIDDEN_ALIASES.get(n, ()) if h not in names)
+            flag = Flag(names + hidden, takes_value,
+                        tuple(choices.group(1).split(",")) if choices else None, " ".join(joined.split()), hidden)
+            for n in flag.names:
                 cli.flags.setdefault(n, flag)
         return cli
 
@@ -66,16 +101,38 @@ class SglangCli:
         return name in self.flags
 
     def name_for(self, concept: str) -> str | None:
-        """This version's flag for a concept (None when it has none)."""
-        return next((c for c in CONCEPTS[concept] if c in self.flags), None)
+        """This version's flag for a concept (None when it has none). A hidden alias counts only
+        through the name ``--help`` lists."""
+        candidates = CONCEPTS.get(concept) or CHECKED[concept]
+        return next((c for c in candidates if c in self.flags and c not in self.flags[c].hidden), None)
 
     def aliases(self, name: str) -> tuple[str, ...]:
         flag = self.flags.get(name)
         return flag.names if flag else (name,)
 
+    def same(self, a: str | None, b: str | None) -> bool:
+        """Whether two names are spellings of one option."""
+        return a is not None and b is not None and b in self.aliases(a)
+
     def takes_value(self, name: str) -> bool:
         flag = self.flags.get(name)
         return True if flag is None else flag.takes_value
+
+    def algorithms(self) -> list[str]:
+        """The speculative algorithms this version offers: the ``{A,B}`` choices of
+        ``--speculative-algorithm``, or the ``Builtins: A, B.`` its help lists ([] when neither)."""
+        name = self.name_for("algorithm")
+        flag = self.flags.get(name) if name else None
+        if flag is None:
+            return []
+        if flag.choices:
+            return list(flag.choices)
+        m = _BUILTINS.search(flag.help)
+        out: list[str] = []
+        for item in (p.strip().upper() for p in m.group(1).split(",")) if m else ():
+            if item not in out:
+                out.append(item)
+        return out
 
 
 @dataclass
@@ -118,11 +175,17 @@ class Argv:
                 return v if v is not None else ""
         return None
 
+    def spelling(self, names: tuple[str, ...]) -> str | None:
+        """How the command line spells the option (the last of its aliases given), if at all."""
+        return next((k for k, _ in reversed(self.options) if k in names), None)
+
     def set(self, name: str, value: str, names: tuple[str, ...]) -> None:
-        """Replace the option (any alias) in place, or append it."""
+        """Replace the option in place, keeping the alias the command line uses (a unit that
+        spells it ``--speculative-dflash-draft-window-size`` keeps that name), or append it as
+        ``name``; later repeats of it are dropped."""
         for i, (k, _) in enumerate(self.options):
             if k in names:
-                self.options[i] = (name, value)
+                self.options[i] = (k, value)
                 self.options = [o for j, o in enumerate(self.options) if j <= i or o[0] not in names]
                 return
         self.options.append((name, value))

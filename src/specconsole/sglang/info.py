@@ -27,13 +27,24 @@ def _float(value: Any) -> float | None:
 
 
 
+def _first_int(data: dict[str, Any], *keys: str) -> int | None:
+    return next((v for v in (_int(data.get(k)) for k in keys) if v is not None), None)
+
+
+#: Algorithms whose verify block is ``speculative_num_draft_tokens`` (DDTREE runs DFLASH's drafter).
+BLOCK_ALGORITHMS = ("DFLASH", "DDTREE")
+
+
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     """What ``/server_info`` says about the deployment.
 
     ``algorithm`` is as the server resolved it (SGLang reports NEXTN as ``EAGLE``).
-    ``block_size`` is the DFLASH block (``speculative_dflash_block_size``, or the resolved
-    ``speculative_num_draft_tokens`` for DFLASH). ``avg_accept_length`` averages
+    ``block_size`` is the DFLASH/DDTREE block (``speculative_dflash_block_size``, or the resolved
+    ``speculative_num_draft_tokens`` for DFLASH and DDTREE). Renamed settings are read under
+    either name: the draft window as ``speculative_draft_window_size`` or the older
+    ``speculative_dflash_draft_window_size``. ``tree_budget`` is DDTREE's
+    ``speculative_ddtree_budget``. ``avg_accept_length`` averages
     ``internal_states[*].avg_spec_accept_length`` (None when absent or 0: no traffic yet).
     """
 
@@ -45,6 +56,7 @@ class ServerInfo:
     draft_window: int | None
     model_path: str | None
     avg_accept_length: float | None
+    tree_budget: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -53,7 +65,7 @@ class ServerInfo:
         algo = algo.upper() if isinstance(algo, str) and algo else None
         ndt = _int(data.get("speculative_num_draft_tokens"))
         block = _int(data.get("speculative_dflash_block_size"))
-        if block is None and algo == "DFLASH":
+        if block is None and algo in BLOCK_ALGORITHMS:
             block = ndt
         lengths = []
         states = data.get("internal_states")
@@ -72,9 +84,10 @@ class ServerInfo:
             draft_model_path=draft if isinstance(draft, str) else None,
             block_size=block,
             num_draft_tokens=ndt,
-            draft_window=_int(data.get("speculative_draft_window_size")),
+            draft_window=_first_int(data, "speculative_draft_window_size", "speculative_dflash_draft_window_size"),
             model_path=model if isinstance(model, str) else None,
             avg_accept_length=sum(lengths) / len(lengths) if lengths else None,
+            tree_budget=_int(data.get("speculative_ddtree_budget")) if algo == "DDTREE" else None,
             raw=data,
         )
 

@@ -1,0 +1,228 @@
+"""The speculative settings of a deploy, per algorithm, checked by the rules SGLang applies.
+
+Which algorithms a host offers comes from its SGLang's ``--help`` (the choices, or the
+``Builtins:`` list, of ``--speculative-algorithm``). Each algorithm needs its own settings:
+
+* DFLASH: a DFlash draft model, the block size (``--speculative-num-draft-tokens``, or
+  ``--speculative-dflash-block-size`` where that is a flag of its own) and the draft window
+  (``--speculative-draft-window-size`` >= the block size);
+* DDTREE (DDTree tree verification of a DFlash drafter, sgl-project/sglang PR #29907): DFLASH's
+  settings and rules first, then the tree budget ``--speculative-ddtree-budget`` (>= 1; default
+  block size - 1, "spine mode", a chain as DFLASH; larger: a real tree, "full-tree mode", which
+  SGLang runs only with ``--attention-backend triton``), no
+  ``--speculative-use-rejection-sampling``, ``--page-size`` 1. SGLang itself turns overlap
+  scheduling off for DDTREE;
+* every other algorithm (NEXTN, EAGLE, ...): what the operator passes, as given.
+
+Each refusal names SGLang's own rule, before anything on the host changes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from specconsole.actions.steps import Steps
+from specconsole.errors import SpecConsoleError
+from specconsole.hosts import Host
+from specconsole.sglang.flags import CONCEPTS, SglangCli
+from specconsole.sglang.info import BLOCK_ALGORITHMS
+from specconsole.sglang.unit import SPECIFIER, UnitError, check_unit_value, show_word
+
+#: Where the DDTree flags come from, for the refusal on an SGLang without them.
+DDTREE_SOURCE = "sgl-project/sglang PR #29907"
+
+
+class DeployRefused(SpecConsoleError):
+    """Preflight refused the deploy; nothing on the host was changed."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class SpecInput:
+    """The operator's speculative settings, checked as numbers (None: keep / the default)."""
+
+    algorithm: str | None
+    window: int | None
+    block: int | None
+    budget: int | None
+    draft_model: str | None
+    attention_backend: str | None
+
+
+@dataclass
+class SpecContext:
+    """What preflight read: the host's SGLang, the unit's current settings, the config."""
+
+    host: str
+    unit: str
+    version: str | None
+    cli: SglangCli
+    names: dict[str, str | None]
+    current: dict[str, str | None]
+    default_draft: str | None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def sglang(self) -> str:
+        return f"SGLang {self.version} on {self.host}" if self.version else f"the SGLang on {self.host}"
+
+
+def check_value(what: str, value: str | None) -> None:
+    """Refuse a value that would reach the unit file with a control or line-break character."""
+    try:
+        check_unit_value(value or "", what)
+    except UnitError as err:
+        raise DeployRefused(str(err)) from None
+
+
+def to_int(value: str | None) -> int | None:
+    return int(value) if value and value.strip().lstrip("+").isdigit() else None
+
+
+def check_offered(ctx: SpecContext, algorithm: str | None) -> None:
+    """Refuse an algorithm the host's SGLang does not offer (by its ``--help``)."""
+    if algorithm is None:
+        return
+    offered = ctx.cli.algorithms()
+    flag = ctx.names.get("algorithm") or CONCEPTS["algorithm"][0]
+    listed = f"its --help lists {', '.join(offered)}" if offered else f"its --help lists no choices for {flag}"
+    if algorithm == "DDTREE" and ("DDTREE" not in offered or not ctx.names.get("tree_budget")):
+        budget = "present" if ctx.names.get("tree_budget") else "absent"
+        raise DeployRefused(
+            f"{ctx.sglang()} does not offer DDTREE: looked for DDTREE among the choices of {flag} ({listed}) "
+            f"and for the flag {', '.join(CONCEPTS['tree_budget'])} ({budget}); DDTree needs an SGLang built "
+            f"with {DDTREE_SOURCE}")
+    if offered and algorithm not in offered:
+        raise DeployRefused(f"{ctx.sglang()} does not offer the speculative algorithm {algorithm}: {flag}: "
+                            f"{listed}; pass one of them")
+
+
+async def plan_settings(host: Host, steps: Steps, ctx: SpecContext, given: SpecInput,
+                        algorithm: str) -> tuple[dict[str, str | None], dict[str, Any] | None]:
+    """The new values of the concepts that change (None: remove the flag) and the draft
+    model's ``config.json`` (DFLASH and DDTREE)."""
+    cur = ctx.current
+    new: dict[str, str | None] = {}
+    if given.attention_backend is not None:
+        new["attention_backend"] = given.attention_backend
+    if algorithm in BLOCK_ALGORITHMS:
+        return await _dflash_family(host, steps, ctx, given, algorithm, new)
+    if given.block is not None:
+        raise DeployRefused("--block-size applies to DFLASH and DDTREE only; pass --algorithm DFLASH or DDTREE")
+    if given.budget is not None:
+        raise DeployRefused("--tree-budget applies to DDTREE only; pass --algorithm DDTREE")
+    if given.window is not None:
+        new["draft_window"] = str(given.window)
+    if given.algorithm:
+        new["algorithm"] = given.algorithm
+        if cur.get("tree_budget") is not None:
+            new["tree_budget"] = None  # DDTREE's setting; other algorithms refuse nothing but ignore it
+    if given.draft_model:
+        new["draft_model"] = given.draft_model
+    return new, None
+
+
+async def _read_draft_config(host: Host, steps: Steps, ctx: SpecContext, draft: str) -> dict[str, Any]:
+    res = await steps.run(host, ["cat", "--", f"{draft.rstrip('/')}/config.json"])
+    if not res.ok:
+        raise DeployRefused(f"draft model {draft} has no config.json on {ctx.host}; check the path "
+                            f"(SGLang requires --speculative-draft-model-path to be a model directory)")
+    try:
+        data = json.loads(res.stdout)
+    except ValueError:
+        raise DeployRefused(f"{draft}/config.json on {ctx.host} is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise DeployRefused(f"{draft}/config.json on {ctx.host} is not a JSON object")
+    return data
+
+
+async def _dflash_family(host: Host, steps: Steps, ctx: SpecContext, given: SpecInput, algorithm: str,
+                         new: dict[str, str | None]) -> tuple[dict[str, str | None], dict[str, Any]]:
+    cur = ctx.current
+    steps.begin("draft model", "reading the draft model's config.json")
+    draft = given.draft_model or cur["draft_model"] or ctx.default_draft
+    if draft and SPECIFIER in draft:
+        raise DeployRefused(f"the draft model path {show_word(draft)} in {ctx.unit} uses a systemd % "
+                            f"specifier the console cannot resolve; pass --draft-model with the path written out")
+    check_value("the draft model path", draft)
+    if not draft:
+        raise DeployRefused(f"{algorithm} needs a draft model: SGLang requires --speculative-draft-model-path; "
+                            "pass --draft-model PATH or set sglang.draft_model_path")
+    draft_cfg = await _read_draft_config(host, steps, ctx, draft)
+    arch = draft_cfg.get("architectures") or []
+    model_block = draft_cfg.get("block_size") or (draft_cfg.get("dflash_config") or {}).get("block_size")
+    steps.info(f"architectures {arch}, block_size {model_block}")
+    if not any(a in arch for a in ("DFlashDraftModel", "DFlash2DraftModel")):
+        ctx.warnings.append(f"{draft} is not a DFlash draft model (architectures {arch})")
+    was_block = (cur.get("algorithm") or "").upper() in BLOCK_ALGORITHMS
+    block = given.block or to_int(cur.get("block_size")) or (to_int(cur.get("num_draft_tokens")) if was_block
+                                                              else None) or (int(model_block) if model_block else None)
+    if block is None:
+        raise DeployRefused("no block size: pass --block-size N (the draft model's config.json has none)")
+    if model_block and block != int(model_block):
+        ctx.warnings.append(f"block size {block} differs from the draft model's block_size {model_block}")
+    window = given.window or to_int(cur.get("draft_window"))
+    steps.begin("constraints", f"checking SGLang's {algorithm} constraints")
+    if window is not None and window < block:
+        raise DeployRefused(
+            f"draft window {window} is smaller than the block size {block}: SGLang requires "
+            f"--speculative-draft-window-size >= the DFLASH block size (--speculative-num-draft-tokens); "
+            f"use a window of at least {block}")
+    new.update(algorithm=algorithm, draft_model=draft, draft_window=str(window) if window else None)
+    if ctx.names.get("block_size") and algorithm == "DFLASH":  # a DFLASH-only flag of its own (0.5.23)
+        new["block_size"] = str(block)
+        new["num_draft_tokens"] = str(block) if cur.get("num_draft_tokens") is not None else None
+    else:
+        new["num_draft_tokens"] = str(block)
+        if ctx.names.get("block_size"):
+            new["block_size"] = None  # "DFLASH only": the block is --speculative-num-draft-tokens
+    new["num_steps"] = None  # DFLASH forces both to 1; leaving them would only warn
+    new["eagle_topk"] = None
+    if algorithm == "DDTREE":
+        _ddtree_rules(ctx, given, block, cur.get("algorithm"), new)
+    elif cur.get("tree_budget") is not None:
+        new["tree_budget"] = None
+    steps.info(f"block {block}, window {window}: draft window >= block size holds; draft path exists")
+    return new, draft_cfg
+
+
+def _ddtree_rules(ctx: SpecContext, given: SpecInput, block: int, was: str | None,
+                  new: dict[str, str | None]) -> None:
+    """DDTREE's own checks after DFLASH's, as SGLang makes them."""
+    cur = ctx.current
+    budget = given.budget
+    if budget is None and (was or "").upper() == "DDTREE":
+        budget = to_int(cur.get("tree_budget"))
+    effective = budget if budget is not None else block - 1
+    if effective < 1:
+        raise DeployRefused(f"tree budget {effective} (the default is block size - 1): SGLang requires "
+                            f"--speculative-ddtree-budget >= 1; pass --tree-budget N with N >= 1")
+    if cur.get("rejection_sampling") is not None:
+        raise DeployRefused(f"{ctx.unit} passes --speculative-use-rejection-sampling, which SGLang refuses for "
+                            f"DDTREE (DDTREE speculative decoding does not support it); remove it from the unit")
+    page = cur.get("page_size")
+    if page is not None and page.strip() != "1":
+        raise DeployRefused(f"{ctx.unit} has --page-size {page}: SGLang requires page_size 1 for DDTREE; "
+                            f"set --page-size 1 in the unit (or remove it)")
+    if effective > block - 1:
+        backend = given.attention_backend or cur.get("attention_backend")
+        rule = (f"a tree budget of {effective} > block size - 1 = {block - 1} is DDTREE's full-tree mode, which "
+                f"SGLang runs only with --attention-backend triton")
+        if backend is None:
+            new["attention_backend"] = "triton"
+            ctx.notes.append(f"{rule}; the unit sets no attention backend, so the drop-in adds "
+                             f"--attention-backend triton")
+        elif backend != "triton":
+            raise DeployRefused(f"{rule}; {ctx.unit} uses --attention-backend {backend}: pass --attention-backend "
+                                f"triton, or a tree budget <= {block - 1} (spine mode)")
+        else:
+            ctx.notes.append(f"full-tree mode: budget {effective} > block size - 1 = {block - 1}, attention "
+                             f"backend triton")
+    else:
+        ctx.notes.append(f"spine mode: budget {effective} <= block size - 1 = {block - 1} verifies a single "
+                         f"chain, as DFLASH does")
+    ctx.notes.append("SGLang turns overlap scheduling off for DDTREE itself (nothing in the unit changes)")
+    new["tree_budget"] = str(budget) if budget is not None else None
