@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_deploy import connect, server_info, unit_digest, wait_healthy
 
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.sglang_versions import DDTREE_VERSION
+from test_deploy import connect, server_info, unit_digest, wait_healthy
 
 pytestmark = pytest.mark.lab
 
@@ -82,7 +82,8 @@ async def test_the_deprecated_window_alias_is_changed_in_place(ddtree_lab: Lab) 
     """A unit that spells the window ``--speculative-dflash-draft-window-size`` keeps that one flag."""
     unit = ddtree_lab.unit_path
     base = unit.read_text()
-    unit.write_text(base.replace("--enable-metrics", "--enable-metrics \\\n    --speculative-dflash-draft-window-size 32"))
+    alias = "--enable-metrics \\\n    --speculative-dflash-draft-window-size 32"
+    unit.write_text(base.replace("--enable-metrics", alias))
     dropin(ddtree_lab).unlink()  # the operator went back to the base unit
     ddtree_lab._systemctl("daemon-reload")
     host, cfg = await connect(ddtree_lab)
