@@ -1,7 +1,8 @@
 """The deploy wizard's form: the settings to change, prefilled so the common case is a few Enters.
 
 * the algorithm is a Select of the choices the host's own ``--help`` lists (discovered when the
-  form opens, with a status line while it runs);
+  form opens, with a status line while it runs); only the fields that apply to it show
+  (:data:`FIELDS_FOR`: the window for DFLASH, block size and tree budget for DDTREE);
 * every field is checked in place: a bad value shows its error beside the field and the form
   stays open; Enter moves to the next field (on the last one, to the Plan button);
 * Plan runs the preflight (``check``) while the form stays open: a refusal is shown beside the
@@ -32,6 +33,12 @@ from specconsole.samples import Sample
 DEFAULT_WINDOW = "16"
 #: Offered when the host's --help could not be read (the console's own two flows).
 FALLBACK_ALGORITHMS = ("DFLASH", "NEXTN")
+#: The algorithm-specific fields each algorithm shows (the draft model shows for every one).
+FIELDS_FOR: dict[str, tuple[str, ...]] = {
+    "DFLASH": ("draft_window", "block_size"),
+    "DDTREE": ("block_size", "tree_budget"),
+}
+SPECIFIC = ("draft_window", "block_size", "tree_budget")
 
 Discover = Callable[[], Awaitable[list[str]]]
 Check = Callable[[DeployRequest], Awaitable[DeployPlan]]
@@ -41,38 +48,17 @@ def prefill(cfg: HostConfig, sglang: Sample[Any] | None) -> dict[str, str]:
     """Form values from the config and what the server reports now."""
     info = getattr(sglang.value, "info", None) if sglang is not None else None
     window = getattr(info, "draft_window", None)
+    budget = getattr(info, "tree_budget", None)
     draft = (cfg.sglang.draft_model_path if cfg.sglang else None) or getattr(info, "draft_model_path", None)
     return {"algorithm": "DFLASH", "draft_window": str(window) if window else DEFAULT_WINDOW,
-            "block_size": "", "draft_model": draft or ""}
+            "block_size": "", "tree_budget": str(budget) if budget else "", "draft_model": draft or ""}
 
 
-def algorithm_choices(help_text: str, flag: str = "--speculative-algorithm") -> list[str]:
-    """The algorithm names ``--help`` lists for ``flag``: ``{A,B}`` choices or a ``Builtins: A, B.`` list."""
-    lines = help_text.splitlines()
-    for i, line in enumerate(lines):
-        if not re.match(rf"^\s{{2}}{re.escape(flag)}\b", line):
-            continue
-        block = [line]
-        for nxt in lines[i + 1:]:
-            if re.match(r"^\s{2}-", nxt) or not nxt.strip():
-                break
-            block.append(nxt)
-        text = " ".join(s.strip() for s in block)
-        m = re.search(r"\{([A-Za-z0-9_,\s]+)\}", text)
-        if m:
-            return _unique(p.strip() for p in m.group(1).split(","))
-        m = re.search(r"(?:Builtins|choices|one of)\s*:?\s*([A-Z0-9_]+(?:\s*,\s*[A-Z0-9_]+)+)", text, re.IGNORECASE)
-        if m:
-            return _unique(p.strip() for p in m.group(1).split(","))
-    return []
+def algorithm_choices(help_text: str) -> list[str]:
+    """The algorithm names ``--help`` lists: ``{A,B}`` choices or a ``Builtins: A, B.`` list."""
+    from specconsole.sglang.flags import SglangCli
 
-
-def _unique(items: Any) -> list[str]:
-    out: list[str] = []
-    for item in items:
-        if item and item not in out:
-            out.append(item)
-    return out
+    return SglangCli.from_help(help_text).algorithms()
 
 
 async def discover_algorithms(host: Host, cfg: HostConfig, steps: Any) -> list[str]:
@@ -93,7 +79,7 @@ async def discover_algorithms(host: Host, cfg: HostConfig, steps: Any) -> list[s
                           summary=lambda r: f"{r.stdout.count(chr(10))} lines of --help")
     cli = SglangCli.from_help(res.stdout + "\n" + res.stderr)
     flag = cli.name_for("algorithm") or "--speculative-algorithm"
-    found = algorithm_choices(res.stdout + "\n" + res.stderr, flag)
+    found = cli.algorithms()
     steps.info(f"{flag} choices: {', '.join(found)}" if found else f"{flag}: --help lists no choices")
     return found
 
@@ -101,7 +87,7 @@ async def discover_algorithms(host: Host, cfg: HostConfig, steps: Any) -> list[s
 def field_for(message: str) -> str | None:
     """Which form field a preflight refusal is about (None: the form as a whole)."""
     low = message.lower()
-    for needle, key in (("draft window", "draft_window"), ("block size", "block_size"),
+    for needle, key in (("draft window", "draft_window"), ("tree budget", "tree_budget"), ("block size", "block_size"),
                         ("draft model", "draft_model"), ("config.json", "draft_model"),
                         ("algorithm", "algorithm")):
         if needle in low:
@@ -118,13 +104,16 @@ class DeployForm(ModalScreen[DeployPlan | None]):
         ("algorithm", "Speculative algorithm", ""),
         ("draft_window", "DFLASH draft window", ">= the block size"),
         ("block_size", "Block size", "empty: the draft model's config.json"),
+        ("tree_budget", "DDTree tree budget", "empty: block size - 1 (a chain)"),
         ("draft_model", "Draft model path", "on the host; empty: keep / from the config"),
     )
 
     def __init__(self, values: dict[str, str], *, discover: Discover | None = None,
-                 check: Check | None = None) -> None:
+                 check: Check | None = None, draft_model: str | None = None) -> None:
+        """``draft_model``: open with this draft model (e.g. a training checkpoint) instead of
+        ``values["draft_model"]``."""
         super().__init__(id="deploy-form")
-        self.values = values
+        self.values = dict(values) if draft_model is None else {**values, "draft_model": draft_model}
         self.discover = discover
         self.check = check
         self.busy = False
@@ -137,7 +126,7 @@ class DeployForm(ModalScreen[DeployPlan | None]):
                 yield Static("Nothing changes until you confirm the plan. Enter: next field.",
                              classes="dialog-hint")
                 for key, label, hint in self.FIELDS:
-                    with Horizontal(classes="form-row"):
+                    with Horizontal(classes="form-row", id=f"row-{key}"):
                         yield Label(label, classes="form-label")
                         if key == "algorithm":
                             yield Select([(algo, algo)], value=algo, allow_blank=False, id="deploy-algorithm",
@@ -152,9 +141,10 @@ class DeployForm(ModalScreen[DeployPlan | None]):
                 yield Button("Plan", id="plan", variant="success", compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#deploy-draft_window", Input).focus()
         for key, _, _ in self.FIELDS:
             self.query_one(f"#error-{key}").display = False
+        self.show_fields()
+        self._order()[1].focus()
         if self.discover is not None:
             self._status("asking the host's SGLang which algorithms it has (--help)…")
             self.run_worker(self._discover(), group="discover", exit_on_error=False)
@@ -180,6 +170,18 @@ class DeployForm(ModalScreen[DeployPlan | None]):
             self._status(f"{len(found)} algorithms from the host's --help")
 
     # -- fields ---------------------------------------------------------------------------
+    def applies(self, key: str) -> bool:
+        """Whether field ``key`` applies to the algorithm chosen now."""
+        return key not in SPECIFIC or key in FIELDS_FOR.get(self.value("algorithm").upper(), ())
+
+    def show_fields(self) -> None:
+        """Show the fields of the chosen algorithm only; a hidden field's error goes with it."""
+        for key in SPECIFIC:
+            shown = self.applies(key)
+            self.query_one(f"#row-{key}").display = shown
+            if not shown:
+                self.set_error(key, "")
+
     def _status(self, text: str, *, error: bool = False) -> None:
         status = self.query_one("#deploy-status", Static)
         status.update(text)
@@ -204,11 +206,13 @@ class DeployForm(ModalScreen[DeployPlan | None]):
     def validate_field(self, key: str) -> str:
         """The error for one field ('' when it is fine)."""
         v = self.value(key)
-        if key in ("draft_window", "block_size") and v:
+        if not self.applies(key):
+            return ""
+        if key in SPECIFIC and v:
             if not re.fullmatch(r"\+?\d+", v):
                 return f"a whole number, got {v!r}"
             if int(v) <= 0:
-                return "must be positive (SGLang refuses 0)"
+                return "must be >= 1 (SGLang refuses 0)"
         if key == "draft_window":
             window, block = self.value("draft_window"), self.value("block_size")
             if window.isdigit() and block.isdigit() and int(window) < int(block):
@@ -226,12 +230,13 @@ class DeployForm(ModalScreen[DeployPlan | None]):
         return ok
 
     def request(self) -> DeployRequest:
-        v = {key: self.value(key) for key, _, _ in self.FIELDS}
+        v = {key: self.value(key) if self.applies(key) else "" for key, _, _ in self.FIELDS}
         return DeployRequest(algorithm=v["algorithm"] or None, draft_window=v["draft_window"] or None,
-                             block_size=v["block_size"] or None, draft_model=v["draft_model"] or None)
+                             block_size=v["block_size"] or None, tree_budget=v["tree_budget"] or None,
+                             draft_model=v["draft_model"] or None)
 
     def _order(self) -> list[Widget]:
-        return [self.query_one(f"#deploy-{key}") for key, _, _ in self.FIELDS]
+        return [self.query_one(f"#deploy-{key}") for key, _, _ in self.FIELDS if self.applies(key)]
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Enter: check this field; fine -> the next field (after the last: the Plan button)."""
@@ -251,11 +256,12 @@ class DeployForm(ModalScreen[DeployPlan | None]):
             self.set_error(key, self.validate_field(key))
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        """An algorithm picked (Enter in the list): on to the draft window."""
+        """An algorithm picked (Enter in the list): its fields show; on to the first of them."""
         event.stop()
         self.set_error("algorithm", "")
+        self.show_fields()
         if self.is_mounted and self.focused is event.select:
-            self.query_one("#deploy-draft_window", Input).focus()
+            self._order()[1].focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

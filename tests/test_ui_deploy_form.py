@@ -1,0 +1,66 @@
+"""The deploy wizard's form: the host's algorithms in a Select, only the fields that apply (no lab)."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.widgets import Input, Select
+
+from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
+from specconsole.ui.deploy_screen import DeployForm
+
+VALUES = {"algorithm": "DFLASH", "draft_window": "16", "block_size": "", "tree_budget": "",
+          "draft_model": "/models/dflash-b16"}
+
+
+class FormApp(App[None]):
+    def __init__(self, form: DeployForm) -> None:
+        super().__init__()
+        self.form = form
+
+    def on_mount(self) -> None:
+        self.push_screen(self.form)
+
+
+async def test_ddtree_shows_block_size_and_tree_budget_and_sends_them() -> None:
+    seen: list[DeployRequest] = []
+
+    async def discover() -> list[str]:
+        return ["EAGLE", "NEXTN", "DFLASH", "DDTREE"]
+
+    async def check(request: DeployRequest) -> DeployPlan:
+        seen.append(request)
+        raise DeployRefused("tree budget 0: SGLang requires --speculative-ddtree-budget >= 1")
+
+    form = DeployForm(VALUES, discover=discover, check=check, draft_model="/ckpt/run-step900")
+    async with FormApp(form).run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        shown = {key: form.query_one(f"#row-{key}").display for key in ("draft_window", "block_size", "tree_budget")}
+        assert shown == {"draft_window": True, "block_size": True, "tree_budget": False}
+        select = form.query_one("#deploy-algorithm", Select)
+        assert [str(o[0]) for o in select._options if o[1] is not Select.BLANK] == ["EAGLE", "NEXTN", "DFLASH",
+                                                                                    "DDTREE"]
+        select.value = "DDTREE"
+        await pilot.pause()
+        shown = {key: form.query_one(f"#row-{key}").display for key in ("draft_window", "block_size", "tree_budget")}
+        assert shown == {"draft_window": False, "block_size": True, "tree_budget": True}
+        form.query_one("#deploy-block_size", Input).value = "16"
+        form.query_one("#deploy-tree_budget", Input).value = "32"
+        await pilot.click("#plan")
+        await pilot.pause(0.2)
+        assert seen and seen[-1].algorithm == "DDTREE" and seen[-1].block_size == "16"
+        assert seen[-1].tree_budget == "32" and seen[-1].draft_window is None  # not DDTREE's field here
+        assert seen[-1].draft_model == "/ckpt/run-step900"
+        assert form.query_one("#error-tree_budget").display  # the refusal beside its field
+        select.value = "NEXTN"
+        await pilot.pause()
+        assert not any(form.query_one(f"#row-{key}").display for key in ("draft_window", "block_size", "tree_budget"))
+
+
+async def test_a_bad_tree_budget_is_marked_in_place() -> None:
+    form = DeployForm({**VALUES, "algorithm": "DDTREE"})
+    async with FormApp(form).run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        form.query_one("#deploy-tree_budget", Input).value = "0"
+        assert form.validate_field("tree_budget") == "must be >= 1 (SGLang refuses 0)"
+        form.query_one("#deploy-draft_window", Input).value = "nonsense"  # hidden for DDTREE: not checked
+        assert form.validate_field("draft_window") == ""
