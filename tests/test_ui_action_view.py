@@ -263,7 +263,9 @@ async def test_form_algorithm_is_picked_from_the_list_then_enter_moves_on(tmp_pa
         await pilot.press("up", "enter")
         await pilot.pause()
         assert select.value == "NEXTN"
-        assert app.focused is form.query_one("#deploy-draft_window", Input)
+        # NEXTN has no window or block: those fields go, the focus moves on to the draft model
+        assert not form.query_one("#row-draft_window").display
+        assert app.focused is form.query_one("#deploy-draft_model", Input)
 
 
 async def test_a_second_action_does_not_take_over_a_running_view(tmp_path: Path) -> None:

@@ -61,6 +61,6 @@ async def test_a_bad_tree_budget_is_marked_in_place() -> None:
     async with FormApp(form).run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         form.query_one("#deploy-tree_budget", Input).value = "0"
-        assert form.validate_field("tree_budget") == "must be >= 1 (SGLang refuses 0)"
+        assert form.validate_field("tree_budget") == "must be positive (SGLang refuses 0)"
         form.query_one("#deploy-draft_window", Input).value = "nonsense"  # hidden for DDTREE: not checked
         assert form.validate_field("draft_window") == ""

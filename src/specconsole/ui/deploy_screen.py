@@ -212,7 +212,7 @@ class DeployForm(ModalScreen[DeployPlan | None]):
             if not re.fullmatch(r"\+?\d+", v):
                 return f"a whole number, got {v!r}"
             if int(v) <= 0:
-                return "must be >= 1 (SGLang refuses 0)"
+                return "must be positive (SGLang refuses 0)"
         if key == "draft_window":
             window, block = self.value("draft_window"), self.value("block_size")
             if window.isdigit() and block.isdigit() and int(window) < int(block):
