@@ -16,6 +16,7 @@ from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, pr
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.sglang_versions import DDTREE_VERSION
+from specconsole.sources.sglang import SglangSource
 from test_deploy import connect, server_info, unit_digest, wait_healthy
 
 pytestmark = pytest.mark.lab
@@ -62,9 +63,14 @@ async def test_nextn_to_ddtree_block_16_budget_32(ddtree_lab: Lab) -> None:
         assert "NEXTN -> DDTREE" in text and "--speculative-ddtree-budget" in text
         assert "full-tree mode" in text and "overlap scheduling off" in text
         outcome = await execute(host, plan, steps, operator="test")
+        assert outcome.outcome == "deployed", outcome.message
+        assert cfg.sglang is not None
+        snap = await SglangSource(host, cfg.sglang).poll()  # what the serving pane shows
     finally:
         await host.close()
-    assert outcome.outcome == "deployed", outcome.message
+    assert snap.info is not None and snap.info.algorithm == "DDTREE"
+    assert (snap.info.block_size, snap.info.tree_budget) == (16, 32)
+    assert snap.worker == (("block_size", "16"), ("tree_budget", "32"))  # the DDTree worker's own log line
     info = server_info(ddtree_lab)
     assert info["speculative_algorithm"] == "DDTREE"
     assert info["speculative_num_draft_tokens"] == 16 and info["speculative_dflash_block_size"] == 16

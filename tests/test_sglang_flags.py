@@ -10,6 +10,8 @@ from specconsole.lab import sglang_versions
 from specconsole.lab.sglang_versions import BASE_VERSION, DDTREE_VERSION
 from specconsole.sglang.flags import Argv, SglangCli
 from specconsole.sglang.info import ServerInfo
+from specconsole.sglang.logs import worker_facts, worker_log_command
+from specconsole.ui.serving_facts import deployment_lines
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REAL_HELP = (SHARED / "fixtures" / "sglang" / "serve-help-0.5.23.txt").read_text()
@@ -76,3 +78,26 @@ def test_server_info_is_read_under_either_name() -> None:
     old = ServerInfo.from_json({"speculative_algorithm": "DFLASH", "speculative_dflash_block_size": 16,
                                 "speculative_num_draft_tokens": 16, "speculative_draft_window_size": 16})
     assert (old.block_size, old.tree_budget, old.draft_window) == (16, None, 16)
+
+
+def test_the_ddtree_worker_line_is_read_from_the_journal_text() -> None:
+    journal = ("Dec 04 00:36:52 serve sglang[812]: [2026-12-04 00:36:52 TP0] Load weight end. type=DFlashDraftModel\n"
+               "Dec 04 00:36:52 serve sglang[812]: [2026-12-04 00:36:52 TP0] Initialized DDTree worker. "
+               "block_size=16, tree_budget=32\n")
+    assert worker_facts(journal, "DDTREE") == (("block_size", "16"), ("tree_budget", "32"))
+    assert worker_facts(journal, "DFLASH") == () and worker_facts("no such line", "DDTREE") == ()
+    assert worker_log_command("sglang.service", "NEXTN") is None
+    assert "grep -F 'Initialized DDTree worker.'" in (worker_log_command("sglang.service", "DDTREE") or "")
+
+
+def test_the_serving_pane_shows_the_tree_budget_and_the_worker_facts() -> None:
+    info = ServerInfo.from_json({"speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": 16,
+                                 "speculative_ddtree_budget": 32})
+    lines = deployment_lines(info, (("block_size", "16"), ("tree_budget", "32")))
+    assert "tree budget [b]32[/]" in lines[1] and "full tree" in lines[1]
+    assert lines[2].endswith("block_size=16, tree_budget=32")
+    spine = ServerInfo.from_json({"speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": 16,
+                                  "speculative_ddtree_budget": 15})
+    assert "spine" in deployment_lines(spine)[1] and len(deployment_lines(spine)) == 2
+    dflash = ServerInfo.from_json({"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 16})
+    assert len(deployment_lines(dflash)) == 1

@@ -20,6 +20,7 @@ from specconsole.hosts.base import ConnState, Host
 from specconsole.samples import Sample
 from specconsole.sglang.client import SglangClient, SglangError, one_line
 from specconsole.sglang.info import ServerInfo
+from specconsole.sglang.logs import worker_facts, worker_log_command
 from specconsole.sglang.metrics import SglangMetrics
 from specconsole.sources import Publish
 
@@ -45,6 +46,8 @@ class SglangSnapshot:
     info: ServerInfo | None
     metrics: SglangMetrics | None
     at: float
+    #: what the speculative worker logged at start-up (DDTREE: block_size, tree_budget), from the journal
+    worker: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -73,6 +76,8 @@ class SglangSource:
         self._client_url: str | None = None
         self._info: ServerInfo | None = None
         self._info_at = 0.0
+        self._worker: tuple[tuple[str, str], ...] = ()
+        self._worker_of: object = None  # the server start (startup_time) the worker facts belong to
         self._last_state: ServerState | None = None
 
     async def run(self, publish: Publish[SglangSnapshot]) -> None:
@@ -118,6 +123,7 @@ class SglangSource:
             if (self._info is None or self._last_state is not ServerState.HEALTHY
                     or now - self._info_at >= self.info_refresh_s):
                 self._info = await client.server_info()
+                await self._read_worker(self._info)
                 self._info_at = now
         except SglangError as exc:
             await self._after_failure(transport_only=True, exc=exc)
@@ -184,7 +190,26 @@ class SglangSource:
         if info is None:
             self._info = None  # refetch once the server answers again
         self._last_state = state
-        return SglangSnapshot(state, code, error, info, metrics, time.time())
+        return SglangSnapshot(state, code, error, info, metrics, time.time(),
+                              self._worker if info is not None else ())
+
+    async def _read_worker(self, info: ServerInfo) -> None:
+        """Once per server start: the worker's start-up facts from the unit's journal."""
+        key = (info.raw.get("startup_time"), info.algorithm)
+        if key == self._worker_of:
+            return
+        self._worker_of, self._worker = key, ()
+        cmd = worker_log_command(self.cfg.unit, info.algorithm or "")
+        if cmd is None:
+            return
+        try:
+            res = await self.host.run(cmd, timeout=self.cfg.timeout_s)
+        except (HostError, TimeoutError, OSError):
+            self._worker_of = None  # try again at the next refresh
+            return
+        self._worker = worker_facts(res.stdout, info.algorithm or "")
+        if not self._worker:
+            self._worker_of = None  # not in the journal (yet): look again at the next refresh
 
     async def _ensure_client(self) -> SglangClient:
         if self.cfg.tunnel:

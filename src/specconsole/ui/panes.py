@@ -30,6 +30,7 @@ from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
 from specconsole.ui import format as fmt
 from specconsole.ui.history import History, tokens_per_s
+from specconsole.ui.serving_facts import deployment_lines
 from specconsole.ui.widgets import PlotRow
 
 _BADGE_VAR = {"ok": "$success", "warn": "$warning", "bad": "$error", "idle": "$text-muted"}
@@ -265,9 +266,7 @@ class ServingPane(Vertical):
             draft_name = draft.rstrip("/").rsplit("/", 1)[-1] if draft else "n/a"
             algo = getattr(info, "algorithm", None) or "no speculation"
             lines.append(f"algorithm [b]{escape(algo)}[/]  ·  draft [b]{escape(draft_name)}[/]")
-            lines.append(f"block size [b]{fmt.num(getattr(info, 'block_size', None))}[/]  ·  "
-                         f"draft window [b]{fmt.num(getattr(info, 'draft_window', None))}[/]  ·  "
-                         f"draft tokens [b]{fmt.num(getattr(info, 'num_draft_tokens', None))}[/]")
+            lines += deployment_lines(info, getattr(v, "worker", ()))
         else:
             lines.append("[$text-muted]deployment: /server_info not read yet[/]")
         if m is not None:

@@ -1,0 +1,29 @@
+"""The serving pane's deployment lines: the settings of the algorithm that runs, and what its
+worker logged at start-up (DDTREE: ``Initialized DDTree worker. block_size=…, tree_budget=…``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.markup import escape
+
+from specconsole.ui import format as fmt
+
+
+def deployment_lines(info: Any, worker: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """The block/window/draft-tokens line, plus DDTREE's tree budget and mode and the worker's facts."""
+    block = getattr(info, "block_size", None)
+    lines = [f"block size [b]{fmt.num(block)}[/]  ·  "
+             f"draft window [b]{fmt.num(getattr(info, 'draft_window', None))}[/]  ·  "
+             f"draft tokens [b]{fmt.num(getattr(info, 'num_draft_tokens', None))}[/]"]
+    if getattr(info, "algorithm", None) != "DDTREE":
+        return lines
+    budget = getattr(info, "tree_budget", None)
+    mode = ""
+    if isinstance(budget, int) and isinstance(block, int):
+        mode = "  ·  [b]full tree[/]" if budget > block - 1 else "  ·  spine (a chain)"
+    lines.append(f"tree budget [b]{fmt.num(budget)}[/]{mode}")
+    if worker:
+        facts = ", ".join(f"{escape(k)}={escape(v)}" for k, v in worker)
+        lines.append(f"[$text-muted]DDTree worker:[/] {facts}")
+    return lines
