@@ -132,13 +132,13 @@ class DeployPlan:
     def describe(self) -> list[str]:
         """Current vs new flags, the unit diff, what restarts and the expected downtime."""
         lines = [f"deploy plan for {self.unit.name} on {self.host} (SGLang {self.version or 'version unknown'})",
-                 f"  {'setting':16} {'flag':38} {'current':>12} -> new"]
+                 f"  {'setting':17} {'flag':38} {'current':>12} -> new"]
         for concept, flag in self.flag_names.items():
             cur, new = self.current.get(concept), self.new.get(concept)
             if cur is None and new is None:
                 continue
             mark = "" if cur == new else "   *"
-            lines.append(f"  {concept:16} {flag:38} {_show(cur):>12} -> {_show(new)}{mark}")
+            lines.append(f"  {concept:17} {flag:38} {_show(cur):>12} -> {_show(new)}{mark}")
         lines.append(f"  unit: {self.unit.main_path}; effective ExecStart from {self.unit.exec_start_file}")
         if self.rebased is not None:
             lines.append(f"  rebase: ExecStart rebuilt from {self.rebased.base_file} "
