@@ -443,7 +443,7 @@ def _force_one(a: dict[str, Any], warnings: list[str], algo_name: str) -> None:
             a[key] = 1
 
 
-def _handle_dflash(a: dict[str, Any], warnings: list[str], draft_cfg: dict | None) -> None:
+def _handle_dflash(a: dict[str, Any], warnings: list[str], draft_cfg: dict[str, Any] | None) -> None:
     if not (a["device"].startswith("cuda") or a["device"] == "npu"):
         raise LaunchError(
             "ValueError", "DFLASH speculative decoding only supports CUDA and NPU devices."
@@ -531,7 +531,7 @@ def _handle_ddtree(a: dict[str, Any], warnings: list[str]) -> None:
         warnings.append("Overlap scheduler is disabled because of using DDTREE speculative decoding.")
 
 
-def _handle_dspark(a: dict[str, Any], warnings: list[str], draft_cfg: dict | None) -> None:
+def _handle_dspark(a: dict[str, Any], warnings: list[str], draft_cfg: dict[str, Any] | None) -> None:
     if a.get("pp_size", 1) != 1:
         raise LaunchError(
             "ValueError", "Currently DSpark speculative decoding only supports pp_size == 1."
@@ -596,7 +596,7 @@ _MTP_ARCHS = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV4ForC
 
 
 def _handle_eagle_family(
-    a: dict[str, Any], warnings: list[str], requested: str | None, target_cfg: dict | None
+    a: dict[str, Any], warnings: list[str], requested: str | None, target_cfg: dict[str, Any] | None
 ) -> None:
     _reset_max_running(a, warnings)
     if a.get("enable_mixed_chunk"):
