@@ -64,3 +64,19 @@ async def test_a_bad_tree_budget_is_marked_in_place() -> None:
         assert form.validate_field("tree_budget") == "must be positive (SGLang refuses 0)"
         form.query_one("#deploy-draft_window", Input).value = "nonsense"  # hidden for DDTREE: not checked
         assert form.validate_field("draft_window") == ""
+
+
+def test_the_form_opens_on_the_running_ddtree_settings() -> None:
+    from specconsole.config import parse_config
+    from specconsole.samples import Sample
+    from specconsole.sglang import ServerInfo
+    from specconsole.sources.sglang import ServerState, SglangSnapshot
+    from specconsole.ui.deploy_screen import prefill
+
+    cfg = parse_config({"hosts": [{"name": "serve", "role": "serve", "connect": "local",
+                                   "sglang": {"base_url": "http://127.0.0.1:30000"}}]}, "<test>").host("serve")
+    info = ServerInfo.from_json({"speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": 16,
+                                 "speculative_ddtree_budget": 32, "speculative_draft_model_path": "/m/d"})
+    snap = SglangSnapshot(ServerState.HEALTHY, 200, None, info, None, 0.0)
+    values = prefill(cfg, Sample(snap, 0.0, 1.0))
+    assert values["algorithm"] == "DDTREE" and values["tree_budget"] == "32" and values["draft_model"] == "/m/d"

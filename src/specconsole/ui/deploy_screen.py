@@ -50,7 +50,9 @@ def prefill(cfg: HostConfig, sglang: Sample[Any] | None) -> dict[str, str]:
     window = getattr(info, "draft_window", None)
     budget = getattr(info, "tree_budget", None)
     draft = (cfg.sglang.draft_model_path if cfg.sglang else None) or getattr(info, "draft_model_path", None)
-    return {"algorithm": "DFLASH", "draft_window": str(window) if window else DEFAULT_WINDOW,
+    running = getattr(info, "algorithm", None)
+    return {"algorithm": running if running in FIELDS_FOR else "DFLASH",
+            "draft_window": str(window) if window else DEFAULT_WINDOW,
             "block_size": "", "tree_budget": str(budget) if budget else "", "draft_model": draft or ""}
 
 
