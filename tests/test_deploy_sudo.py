@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -41,7 +42,9 @@ DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=6
 def sudo_lab() -> Iterator[tuple[Lab, str]]:
     """A serving lab in a folder other users can traverse, and the lab's non-root user."""
     user = sudo_user.ensure_user()
-    folder = sudo_user.open_lab_dir(Path(tempfile.mkdtemp(prefix="specconsole-sudo-lab-")))
+    folder = Path(tempfile.mkdtemp(prefix="specconsole-sudo-lab-"))
+    opened = sudo_user.reach_for_others(folder, Path(sys.executable), Path(sys.executable).resolve(),
+                                        Path(sudo_user.__file__).resolve())
     lab = Lab(folder / "lab", LabOptions(trainer=False, sglang_startup_s=1.0, sglang_load_rps=0))
     try:
         lab.up()
@@ -52,6 +55,7 @@ def sudo_lab() -> Iterator[tuple[Lab, str]]:
         lab.down()
         shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(Path(user.pw_dir) / ".local" / "state" / "specconsole", ignore_errors=True)
+        sudo_user.restore_modes(opened)
 
 
 @pytest.fixture

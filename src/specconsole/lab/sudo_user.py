@@ -3,7 +3,7 @@
 Only tests (and the lab) use this; it needs root (``useradd``, ``/etc/sudoers.d``). The lab's
 sshd reads one ``AuthorizedKeysFile`` for every user, so the lab's key logs this user in too;
 sshd reads that file as the user, so the lab folder must be traversable by others
-(:func:`open_lab_dir`).
+(:func:`reach_for_others`).
 
 :func:`ensure_user` is idempotent: it creates the user once (``useradd --system``, a home, a
 ``*`` password field: no password, but not "locked", which sshd without PAM refuses) and
@@ -20,6 +20,7 @@ what the agent started by them). A real host needs only the rule line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -43,11 +44,6 @@ def unavailable() -> str | None:
             return f"`{tool}` is not installed (apt-get install sudo passwd; scripts/setup.sh installs sudo)"
     if not SUDOERS_DIR.is_dir():
         return f"{SUDOERS_DIR} does not exist (is sudo installed?)"
-    for path in (Path(sys.executable).resolve(), Path(__file__).resolve()):
-        closed = next((p for p in path.parents if p.stat().st_mode & 0o001 == 0), None)
-        if closed is not None:
-            return (f"other users cannot reach {path} ({closed} is mode {closed.stat().st_mode & 0o777:o}); "
-                    f"the lab's tools run as the non-root user with this Python and this checkout")
     return None
 
 
@@ -75,15 +71,25 @@ def ensure_user(name: str = LAB_USER) -> pwd.struct_passwd:
     return entry
 
 
-def open_lab_dir(path: Path) -> Path:
-    """Make ``path`` (a new lab folder) and its parents traversable by other users."""
-    path.mkdir(parents=True, exist_ok=True)
-    for p in (path, *path.parents):
-        if p == Path("/"):
-            break
-        if not p.stat().st_mode & 0o001:
-            p.chmod(p.stat().st_mode | 0o011)
-    return path
+def reach_for_others(*paths: Path) -> list[tuple[Path, int]]:
+    """Let other users traverse to ``paths`` (the lab folder, this Python, this checkout: the
+    lab's tools run as the non-root user). Adds only search (x) permission on the folders that
+    lack it, e.g. ``/root`` when the venv's Python lives under it; returns ``(folder, old
+    mode)`` for :func:`restore_modes`."""
+    changed: list[tuple[Path, int]] = []
+    for path in paths:
+        for folder in (path, *path.parents) if path.is_dir() else path.parents:
+            mode = folder.stat().st_mode & 0o7777
+            if not mode & 0o001 and folder not in {c[0] for c in changed}:
+                folder.chmod(mode | 0o011)
+                changed.append((folder, mode))
+    return changed
+
+
+def restore_modes(changed: list[tuple[Path, int]]) -> None:
+    for folder, mode in reversed(changed):
+        with contextlib.suppress(OSError):
+            folder.chmod(mode)
 
 
 def sudoers_text(user: str, rule: str | None, lab_root: Path | None) -> str:
