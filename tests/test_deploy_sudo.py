@@ -8,6 +8,7 @@ drop-in: skipped elsewhere, with the reason; CI runs as root.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -28,6 +29,7 @@ from specconsole.hosts.ssh import SshHost
 from specconsole.lab import sudo_user
 from specconsole.lab.environment import Lab, LabOptions
 from test_deploy import server_info, wait_healthy
+from test_deploy_faults import _agent_python_that_drops
 
 pytestmark = pytest.mark.lab
 
@@ -155,3 +157,34 @@ async def test_deploy_as_a_non_root_user_through_sudo(sudo_lab: tuple[Lab, str],
     records = [json.loads(line) for line in progress.read_text().splitlines()]
     assert records[-1]["outcome"] == "deployed"
     assert sum("started on the host" in r["message"] for r in records) == 1
+
+
+async def test_sudo_deploy_whose_start_result_is_lost_reattaches_to_the_root_agent(
+        sudo_lab: tuple[Lab, str], no_sudoers: None) -> None:
+    """The connection drops while the root agent starts (its ``sudo`` pid, in agent.pid, is
+    not the user's to signal): after reconnecting, the start finds it running, starts no
+    second one, and the console follows it to the end."""
+    lab, user = sudo_lab
+    wrapper = _agent_python_that_drops(lab)
+    (Path(wrapper).parent / "dropped").unlink(missing_ok=True)
+    host, cfg = await _connect(lab, user)
+    events: list[StepEvent] = []
+    try:
+        python = (await host.run(["sh", "-c", "command -v python3"])).stdout.strip()
+        sudo_user.write_sudoers(sudo_user.sudoers_text(
+            user, f"{sudoers_rule(user, python)}, {wrapper}", lab.root("serve")), user)
+        plan = await preflight(host, cfg, DeployRequest(algorithm="DFLASH", draft_window=48, health_timeout_s=120),
+                               Steps("deploy", events.append, host="serve"))
+        plan.privilege = replace(plan.privilege, python=wrapper)   # the agent's interpreter drops the session
+        outcome = await asyncio.wait_for(execute(host, plan, Steps("deploy", events.append, host="serve")), 300)
+    finally:
+        await host.close()
+    lines = "\n".join(e.line() for e in events)
+    assert outcome.outcome == "deployed", lines
+    assert (Path(wrapper).parent / "dropped").exists()
+    assert any(e.kind == "result" and e.message.startswith("exit status unknown") for e in events), lines
+    assert any(e.kind == "result" and "agent already" in e.message for e in events), lines
+    assert any(e.kind == "warning" and "lost the connection" in e.message for e in events), lines
+    records = [json.loads(line) for line in (Path(plan.workdir) / "progress.jsonl").read_text().splitlines()]
+    assert sum("started on the host" in r["message"] for r in records) == 1
+    assert server_info(lab)["speculative_draft_window_size"] == 48
