@@ -37,7 +37,7 @@ WHY_NOT = sudo_user.unavailable()
 if WHY_NOT:
     pytest.skip(f"a real non-root user and sudo: {WHY_NOT}", allow_module_level=True)
 
-DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=60)
+DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=120)  # generous: CI load
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ async def _connect(lab: Lab, user: str) -> tuple[SshHost, HostConfig]:
     cfg = replace(load_config(lab.config_path).host("serve"), user=user, sudo=True)
     host = SshHost(cfg)
     await host.start()
-    assert await host.wait_connected(15), host.status.last_error
+    assert await host.wait_connected(30), host.status.last_error
     return host, cfg
 
 
