@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specconsole.actions.privilege import Privilege, agent_python, alive_argv, sudoers_rule
-from specconsole.config import load_config
+from specconsole.config import HostConfig, load_config
 from specconsole.errors import ConfigError
 
 SERVE = """
@@ -28,15 +28,15 @@ base_url = "http://127.0.0.1:30000"
 """
 
 
-def _load(tmp_path: Path, extra: str) -> object:
+def _load(tmp_path: Path, extra: str) -> HostConfig:
     path = tmp_path / "c.toml"
     path.write_text(SERVE.format(extra=extra))
     return load_config(path).host("serve")
 
 
 def test_sudo_is_a_per_host_bool_defaulting_to_false(tmp_path: Path) -> None:
-    assert _load(tmp_path, "").sudo is False  # type: ignore[attr-defined]
-    assert _load(tmp_path, "sudo = true").sudo is True  # type: ignore[attr-defined]
+    assert _load(tmp_path, "").sudo is False
+    assert _load(tmp_path, "sudo = true").sudo is True
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, 'sudo = "yes"')
     assert "sudo" in str(err.value) and "\n" not in str(err.value)
