@@ -133,6 +133,7 @@ async def test_deploy_as_a_non_root_user_through_sudo(sudo_lab: tuple[Lab, str],
         assert plan.privilege.sudo and plan.privilege.python == python
         home = Path(sudo_user.pwd.getpwnam(user).pw_dir)
         assert plan.workdir.startswith(f"{home}/.local/state/specconsole/deploy/sglang.service/")
+        assert f"as: {user} through `sudo -n {python}`" in "\n".join(plan.describe())
         outcome = await execute(host, plan, steps, operator="test")
         assert outcome.outcome == "deployed", "\n".join(e.line() for e in events)
         # starting it again (as after a dropped connection) finds the root agent (running, or

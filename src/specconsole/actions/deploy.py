@@ -150,6 +150,9 @@ class DeployPlan:
             lines.append(f"  rebase: ExecStart rebuilt from {self.rebased.base_file} "
                          f"({self.rebased.summary()}); the base unit's values win")
         lines.append(f"  change: drop-in {self.unit.deploy_dropin}")
+        if self.privilege.sudo:
+            lines.append(f"  as: {self.privilege.user} through `sudo -n {self.privilege.python}` (the agent runs as "
+                         f"root); its files in {self.workdir}")
         lines += ["    " + ln for ln in self.diff()] or ["    (no change)"]
         lines.append(f"  restarts: {self.unit.name} (every request in flight is dropped); expected downtime: "
                      f"the server's start-up time, health timeout {self.health_timeout_s:g}s, then rollback")
