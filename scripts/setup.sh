@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what specconsole and its lab need, saying what it installs:
-#   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv
+#   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv,
+#        sudo (the lab's deploy as a non-root user through sudo)
 #   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx,
 #        prometheus_client, nvidia-ml-py, docker-systemctl-replacement, torch 2.13.0 CPU, pytest, ruff)
 # Safe to run again: it skips what is already there.
@@ -10,6 +11,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 [ -x /usr/sbin/sshd ] || command -v sshd >/dev/null 2>&1 || need_apt+=(openssh-server)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+command -v sudo >/dev/null 2>&1 || [ -x /usr/bin/sudo ] || need_apt+=(sudo)
 command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
 PY=${PYTHON:-python3}
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
@@ -20,7 +22,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 else
-  echo "==> system packages present (openssh-server, tmux)"
+  echo "==> system packages present (openssh-server, tmux, sudo)"
 fi
 
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {

@@ -105,6 +105,8 @@ class HostConfig:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     training: TrainingConfig | None = None
     sglang: SglangConfig | None = None
+    #: deploy as the login user through ``sudo -n`` (see actions/privilege.py)
+    sudo: bool = False
 
     @property
     def trains(self) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specconsole.actions import privilege
 from specconsole.actions.algorithms import (
     DeployRefused,
     SpecContext,
@@ -36,6 +37,7 @@ from specconsole.actions.algorithms import (
     check_value,
     plan_settings,
 )
+from specconsole.actions.privilege import ALIVE_SH, Privilege, PrivilegeRefused, agent_python, alive_argv
 from specconsole.actions.steps import HEARTBEAT_EVERY_S, Steps, _short
 from specconsole.config import HostConfig
 from specconsole.errors import HostUnavailable, SpecConsoleError
@@ -104,6 +106,8 @@ class DeployPlan:
     smoke_tokens: int = 64
     #: Set when this plan rebases: how the base unit had drifted from the old drop-in.
     rebased: BaseDrift | None = None
+    #: root login, or ``sudo = true``: the agent starts under ``sudo -n`` (actions/privilege.py)
+    privilege: Privilege = field(default_factory=Privilege)
     id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
 
     @property
@@ -116,7 +120,8 @@ class DeployPlan:
 
     @property
     def workdir(self) -> str:
-        return f"{self.unit.dropin_dir}/.specconsole/{self.id}"
+        parent = self.privilege.work_parent(self.unit.name) or f"{self.unit.dropin_dir}/.specconsole"
+        return f"{parent}/{self.id}"
 
     def diff(self) -> list[str]:
         old = (self.old_dropin or "").splitlines(keepends=True)
@@ -144,6 +149,9 @@ class DeployPlan:
             lines.append(f"  rebase: ExecStart rebuilt from {self.rebased.base_file} "
                          f"({self.rebased.summary()}); the base unit's values win")
         lines.append(f"  change: drop-in {self.unit.deploy_dropin}")
+        if self.privilege.sudo:
+            lines.append(f"  as: {self.privilege.user} through `sudo -n {self.privilege.python}` (the agent runs as "
+                         f"root); its files in {self.workdir}")
         lines += ["    " + ln for ln in self.diff()] or ["    (no change)"]
         lines.append(f"  restarts: {self.unit.name} (every request in flight is dropped); expected downtime: "
                      f"the server's start-up time, health timeout {self.health_timeout_s:g}s, then rollback")
@@ -218,6 +226,12 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     base = (parse_unit(unit_name, cat.stdout, env_texts, exclude=(unit.deploy_dropin,))
             if unit.file_text(unit.deploy_dropin) is not None and len(unit.files) > 1 else unit)
     steps.info(f"{len(unit.files)} file(s); ExecStart ({len(unit.exec_start)} words) from {unit.exec_start_file}")
+    priv = Privilege()
+    if cfg.sudo:  # refuse now, before anything changes, when sudo cannot do the agent's work
+        try:
+            priv = await privilege.check(host, cfg.name, agent_python(unit.exec_start), unit.name, steps)
+        except PrivilegeRefused as err:
+            raise DeployRefused(str(err)) from None
     warnings: list[str] = []
     if unit.expanded_vars:
         warnings.append(f"ExecStart uses ${', $'.join(sorted(set(unit.expanded_vars)))}; the drop-in writes "
@@ -295,7 +309,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         current=cur, new=new, flag_names=flag_names, old_dropin=unit.file_text(unit.deploy_dropin),
         new_dropin="", expect={}, base_url=cfg.sglang.base_url, draft_config=draft_cfg, warnings=warnings,
         gpu_lines=gpu_lines, health_timeout_s=request.health_timeout_s, smoke_tokens=request.smoke_tokens,
-        rebased=drift, notes=ctx.notes)
+        rebased=drift, notes=ctx.notes, privilege=priv)
     holder = await _lock_holder(host, plan, steps)
     if holder:
         raise DeployRefused(f"another deploy is running on {cfg.name}: {holder}; wait for it or check "
@@ -375,7 +389,7 @@ async def _lock_holder(host: Host, plan: DeployPlan, steps: Steps) -> str | None
     except ValueError:
         return None
     pid = holder.get("pid")
-    if isinstance(pid, int) and (await steps.run(host, ["kill", "-0", str(pid)])).ok:
+    if isinstance(pid, int) and (await steps.run(host, alive_argv(pid))).ok:
         return f"deploy {holder.get('id')} (pid {pid})"
     steps.warn(f"stale deploy lock {plan.lock_path} (pid {pid} is gone); the agent will replace it")
     return None
@@ -402,8 +416,8 @@ def agent_plan(plan: DeployPlan, operator: str = "") -> dict[str, Any]:
 
 
 def _agent_python(plan: DeployPlan) -> str:
-    prog = plan.old_argv[0] if plan.old_argv else ""
-    return prog if re.search(r"(^|/)python[0-9.]*$", prog) else "python3"
+    """The agent's start words: its python, under ``sudo -n`` on a sudo host."""
+    return shlex.join(plan.privilege.agent_argv(agent_python(plan.old_argv)))
 
 
 def _launch_command(plan: DeployPlan) -> str:
@@ -412,16 +426,16 @@ def _launch_command(plan: DeployPlan) -> str:
     the background, with every fd redirected, so it outlives the SSH session; the command
     returns once the agent wrote its first event (at most 10 s), or says it exited at once.
     The agent itself also refuses to run twice for one deploy (flock)."""
-    py = shlex.quote(_agent_python(plan))
-    return (f"cd {shlex.quote(plan.workdir)} && "
-            f"if [ -s agent.pid ] && kill -0 \"$(cat agent.pid)\" 2>/dev/null; then "
+    py = _agent_python(plan)
+    return (f"{ALIVE_SH}cd {shlex.quote(plan.workdir)} && "
+            f"if [ -s agent.pid ] && alive \"$(cat agent.pid)\"; then "
             f"echo \"agent already running as pid $(cat agent.pid)\"; "
             f"elif [ -s progress.jsonl ]; then echo 'agent already ran'; "
             f"else {{ setsid nohup {py} agent.py plan.json progress.jsonl > agent.out 2>&1 < /dev/null & "
-            f"echo $! > agent.pid; i=0; while [ ! -s progress.jsonl ] && [ $i -lt 100 ] && kill -0 $! 2>/dev/null; "
+            f"echo $! > agent.pid; i=0; while [ ! -s progress.jsonl ] && [ $i -lt 100 ] && alive $!; "
             f"do sleep 0.1; i=$((i+1)); done; "
             f"if [ -s progress.jsonl ]; then echo \"agent started as pid $(cat agent.pid)\"; "
-            f"elif kill -0 $! 2>/dev/null; then echo \"agent starting as pid $(cat agent.pid)\"; "
+            f"elif alive $!; then echo \"agent starting as pid $(cat agent.pid)\"; "
             f"else echo \"agent pid $(cat agent.pid) has not written an event yet (see agent.out)\"; fi; }}; fi")
 
 
@@ -544,7 +558,7 @@ async def _agent_gone(host: Host, plan: DeployPlan) -> str | None:
     """None while the agent runs (or the host cannot say); else why it is gone."""
     pid_file = shlex.quote(f"{plan.workdir}/agent.pid")
     try:
-        res = await host.run(f"kill -0 \"$(cat {pid_file})\" 2>/dev/null && echo running || "
+        res = await host.run(f"{ALIVE_SH}alive \"$(cat {pid_file} 2>/dev/null)\" && echo running || "
                              f"tail -c 600 {shlex.quote(plan.workdir + '/agent.out')}", timeout=10)
     except (HostUnavailable, TimeoutError):
         return None
