@@ -197,8 +197,9 @@ _KV = re.compile(
     r"\s*(?P<sep>=|:)\s*(?P<val>\[[^\]]*\]|tensor\([^)]*\)|[^\s,;|)}\]]+)"
 )
 # SpecForge "Step 50 [50/73242?]", "step 120:", "Step 7 of 100", "global step 9".
+# Not "step" glued into a path or name: "/ckpt/run-step250", "epoch_0_step_150" are checkpoints.
 _STEP_WORD = re.compile(
-    r"\b(?:global[ _])?step\s*#?\s*(?P<step>\d+)"
+    r"(?<![\w./-])(?:global[ _])?step\s*#?\s*(?P<step>\d+)"
     r"(?:\s*\[\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\s*\??\s*\]|\s*(?:/|\bof\b)\s*(?P<total2>\d+))?",
     re.IGNORECASE,
 )
@@ -363,11 +364,18 @@ class LineParser:
 
 
 def _best(records: list[TrainingRecord]) -> TrainingRecord:
-    """The last record, completed from earlier ones of the same step (a bar glued to a line)."""
+    """The last record, completed from earlier ones of the same step (a bar glued to a line).
+
+    A record of another step printed on the same line still tells the epoch: SpecForge's
+    ``Training Epoch 1`` bar counts steps within the epoch (``93/12207``) while its log line
+    glued after it counts global steps (``Step 12300``).
+    """
     base = records[-1]
     for other in reversed(records[:-1]):
         if base.step is None or other.step is None or other.step == base.step:
             base = base.merged_with(other)
+        elif base.epoch is None and other.epoch is not None:
+            base = replace(base, epoch=other.epoch)
     return base
 
 
