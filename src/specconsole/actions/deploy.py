@@ -273,8 +273,10 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
                                 "pass --draft-model PATH or set sglang.draft_model_path")
         text = await _read_text(host, steps, f"{draft.rstrip('/')}/config.json")
         if text is None:
-            raise DeployRefused(f"draft model {draft} has no config.json on {cfg.name}; check the path "
-                                f"(SGLang requires --speculative-draft-model-path to be a model directory)")
+            raise DeployRefused(f"draft model {draft} has no config.json on {cfg.name} (cannot read "
+                                f"{draft.rstrip('/')}/config.json); check the path (SGLang requires "
+                                f"--speculative-draft-model-path to be a Hugging Face model directory: "
+                                f"export a training checkpoint first)")
         try:
             draft_cfg = json.loads(text)
         except ValueError:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import re
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from specconsole.config import TrainingConfig
@@ -36,6 +37,7 @@ from specconsole.formats.training_log import (
 )
 from specconsole.samples import Sample
 from specconsole.sources import Publish
+from specconsole.sources.checkpoints import CheckpointWatch
 from specconsole.sources.job import JobWatch
 from specconsole.sources.training_progress import MAX_LINE_CHARS, TrainingProgress, TrainingTracker
 
@@ -102,6 +104,7 @@ class TrainingSource:
         self._oversized_seen = 0
         self.streams_started = 0
         self.job = JobWatch(host, cfg.kill, interval_s)
+        self.checkpoints = CheckpointWatch(host, cfg)
 
     @property
     def command(self) -> list[str]:
@@ -114,7 +117,8 @@ class TrainingSource:
         """Tail and publish until cancelled (an error in ``publish`` ends it too)."""
         tasks = {asyncio.ensure_future(self._tail_forever()),
                  asyncio.ensure_future(self._publisher(publish)),
-                 asyncio.ensure_future(self.job.run(self._dirty.set))}
+                 asyncio.ensure_future(self.job.run(self._dirty.set)),
+                 asyncio.ensure_future(self.checkpoints.run(self._dirty.set))}
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -134,7 +138,8 @@ class TrainingSource:
             self._check_oversized()
             self._check_stderr()
             now = time.time()
-            publish(Sample(self.job.apply(self.tracker.progress(now)), at=now, interval=self.interval_s))
+            progress = replace(self.job.apply(self.tracker.progress(now)), checkpoints=self.checkpoints.listing)
+            publish(Sample(progress, at=now, interval=self.interval_s))
             await asyncio.sleep(0.05)  # coalesce a burst of lines into one sample
 
     def _check_oversized(self) -> None:
@@ -186,6 +191,7 @@ class TrainingSource:
                             self.tracker.skipped_line(time.time(), len(line))
                         else:
                             self.tracker.feed(line, time.time())
+                            self.checkpoints.saw_line(line)
                         if self.job.state == "stopped":
                             self.job.poke()  # a (re)started job?
                         self._dirty.set()

@@ -11,6 +11,7 @@ import math
 import re
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specconsole.config import TrainingConfig
 from specconsole.formats.training_log import (
@@ -23,6 +24,9 @@ from specconsole.formats.training_log import (
 )
 from specconsole.hosts.local import STREAM_LINE_LIMIT
 from specconsole.samples import format_duration
+
+if TYPE_CHECKING:
+    from specconsole.sources.checkpoints import CheckpointListing
 
 #: Longest log line read (as the local host's stream limit); longer ones are skipped, counted.
 MAX_LINE_CHARS = STREAM_LINE_LIMIT
@@ -67,6 +71,8 @@ class TrainingProgress:
     #: from the job's processes (:mod:`specconsole.sources.job`): "running", "stopped" or
     #: "unknown"; None until first checked
     state: str | None = None
+    #: the run's checkpoints (:mod:`specconsole.sources.checkpoints`); None until first listed
+    checkpoints: CheckpointListing | None = None
 
     @property
     def is_done(self) -> bool:
