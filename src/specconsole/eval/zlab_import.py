@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from specconsole.eval.store import SCHEMA, EvalRun, ResultFileError, ResultStore, run_from_json, utc_now_iso
+from specconsole.formats.training_log import strip_ansi
 
 TOOL = "dflash.benchmark"
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _KEY_LINE = re.compile(
     r"^\s*(?P<key>Backend|Dataset|Num prompts|Concurrency|Latency|Output tokens|Throughput|Accept length"
     r"|Spec verify ct)\s*:\s*(?P<value>.*?)\s*$"
@@ -116,7 +116,7 @@ def parse_blocks(text: str, path: str) -> list[BenchmarkBlock]:
     blocks: list[BenchmarkBlock] = []
     current: BenchmarkBlock | None = None
     for lineno, raw in enumerate(text.split("\n"), start=1):  # \r is tqdm's, not a line break
-        line = _ANSI.sub("", raw).split("\r")[-1]
+        line = strip_ansi(raw.split("\r")[-1])
         m = _KEY_LINE.match(line)
         if m is None:
             continue
