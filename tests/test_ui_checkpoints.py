@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
 from specconsole.config import Config, load_config
 from specconsole.lab.environment import Lab
+from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.checkpoints_pane import CheckpointTable
 from specconsole.ui.deploy_screen import DeployForm
@@ -101,3 +103,45 @@ async def test_D_opens_the_wizard_with_the_selected_checkpoint(lab: Lab, tmp_pat
         assert any(f"draft model: checkpoint dflash-run-step200 (step 200) from train: {root}" in ln for ln in events)
         assert any("it has no config.json" in ln for ln in events)
         assert sum("cancelled by the operator; nothing was changed" in ln for ln in events) == 2
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield CheckpointTable()
+
+
+T_LIST = 1_783_000_000.0
+
+
+def listing_of(directory: str, *steps: int, error: str | None = None) -> CheckpointListing:
+    now = T_LIST
+    ckpts = tuple(Checkpoint(name=f"run-step{s}", path=f"{directory}/run-step{s}", step=s, layout="specforge",
+                             mtime=now - 60 * i, run_id="run", size_bytes=3 << 30, has_config=True,
+                             is_latest=i == 0, is_best=s == 100)
+                  for i, s in enumerate(sorted(steps, reverse=True)))
+    return CheckpointListing(directory, ckpts, listed_at=now, error=error)
+
+
+async def test_table_hides_when_empty_shows_errors_and_keeps_the_cursor() -> None:
+    app = TableApp()
+    async with app.run_test(size=(100, 20)) as pilot:
+        widget = app.query_one(CheckpointTable)
+        widget.show(None, T_LIST)
+        widget.show(listing_of("/ckpt"), T_LIST)
+        await pilot.pause()
+        assert not widget.has_class("-shown") and widget.selected is None  # nothing saved yet
+        widget.show(listing_of("/ckpt", error="checkpoint folder /ckpt on train: No such file or directory"),
+                    T_LIST)
+        await pilot.pause()
+        assert widget.has_class("-shown") and not widget.table.display
+        assert "No such file or directory" in str(widget.query_one(".ckpt-title", Static).render())
+        widget.show(listing_of("/ckpt", 100, 200), T_LIST)
+        await pilot.pause()
+        assert widget.table.display and widget.table.row_count == 2
+        assert [c.plain for c in widget.table.get_row("/ckpt/run-step200")][:4] == ["200", "0.0s", "3.0 GiB", "latest"]
+        widget.table.move_cursor(row=1)
+        assert widget.selected is not None and widget.selected.step == 100
+        # a new checkpoint arrives on top: the cursor stays on the checkpoint it was on
+        widget.show(listing_of("/ckpt", 100, 200, 300), T_LIST)
+        await pilot.pause()
+        assert widget.table.row_count == 3 and widget.selected is not None and widget.selected.step == 100

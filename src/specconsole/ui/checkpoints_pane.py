@@ -2,7 +2,8 @@
 
 One row per checkpoint folder, newest first: step, age, size and marks (``latest``, ``best``,
 ``no config.json`` when SGLang could not load it as a draft model). The row under the cursor
-is what ``deploy_checkpoint`` (``D``) deploys. Hidden until the first listing arrives.
+is what ``deploy_checkpoint`` (``D``) deploys. Hidden while there is no checkpoint to show (a
+listing error shows as one line).
 """
 
 from __future__ import annotations
@@ -71,15 +72,16 @@ class CheckpointTable(Vertical):
         if listing is None:
             return
         self.listing = listing
-        if not self.has_class("-shown"):
-            self.add_class("-shown")
-        title = self.query_one(".ckpt-title", Static)
         count = len(listing.checkpoints)
+        # nothing saved yet: no room taken; a listing error: its one line; else the table
+        if self.has_class("-shown") != bool(count or listing.error):
+            self.set_class(bool(count or listing.error), "-shown")
+        if self.table.display != bool(count):
+            self.table.display = bool(count)
+        title = self.query_one(".ckpt-title", Static)
         if listing.error:
             title.update(f"[$error]{escape(listing.error)}[/]")
-        elif not count:
-            title.update(f"checkpoints: none yet in {escape(listing.directory)}")
-        else:
+        elif count:
             best = (f"  ·  best by {escape(listing.best_metric)} {listing.best_score:g}"
                     if listing.best_metric and listing.best_score is not None else "")
             title.update(f"checkpoints ({count}) · D deploys the selected{best} · {escape(listing.directory)}")
