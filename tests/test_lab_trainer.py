@@ -19,15 +19,12 @@ from pathlib import Path
 import pytest
 
 from specconsole.config import HostConfig, TrainingConfig
+from specconsole.formats.training_log import LineKind, LineParser
 from specconsole.hosts.local import LocalHost
 from specconsole.lab.trainer import parse_args
 from specconsole.samples import Sample
-from specconsole.sources.training import (
-    LineKind,
-    LineParser,
-    TrainingProgress,
-    TrainingSource,
-)
+from specconsole.sources.training import TrainingSource
+from specconsole.sources.training_progress import TrainingProgress
 
 VENV_BIN = Path(sys.executable).parent
 TRAINER = ["-m", "specconsole.lab.trainer"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.sources.training import (
+from specconsole.formats.training_log import (
     LineKind,
     LineParser,
     TrainingRecord,

@@ -16,12 +16,8 @@ from specconsole.config import HostConfig, TrainingConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.lab.environment import Lab
 from specconsole.samples import Sample
-from specconsole.sources.training import (
-    TrainingProgress,
-    TrainingSource,
-    TrainingTracker,
-    tail_error,
-)
+from specconsole.sources.training import TrainingSource, tail_error
+from specconsole.sources.training_progress import TrainingProgress, TrainingTracker
 
 FIXTURES = Path(__file__).parent / "fixtures" / "training"
 T0 = 1_783_000_000.0  # a wall-clock time in 2026
@@ -487,7 +483,7 @@ async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hos
     skipped and counted like the local host's, and reading goes on."""
     from specconsole.config import load_config
     from specconsole.hosts.ssh import SshHost
-    from specconsole.sources.training import MAX_LINE_CHARS
+    from specconsole.sources.training_progress import MAX_LINE_CHARS
 
     log = lab_hosts.root("train") / "long.log"
     log.write_text(jline(1, T0 + 1) + "\n")

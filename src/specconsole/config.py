@@ -77,6 +77,8 @@ class TrainingConfig:
     steps_per_epoch: int | None = _num(gt=0, why="it converts epochs to steps", example=5500)
     tail_lines: int = _num(200, gt=0, why="it is how many past lines are read at start")
     stall_warning_min: float = _num(10.0, gt=0, why="0 would flag every job as stalled")
+    #: where the run saves checkpoints (default: where the log says it saved, else the log's folder)
+    checkpoint_dir: str | None = None
     kill: KillConfig = field(default_factory=KillConfig)
 
 

@@ -128,8 +128,10 @@ async def plan_settings(host: Host, steps: Steps, ctx: SpecContext, given: SpecI
 async def _read_draft_config(host: Host, steps: Steps, ctx: SpecContext, draft: str) -> dict[str, Any]:
     res = await steps.run(host, ["cat", "--", f"{draft.rstrip('/')}/config.json"])
     if not res.ok:
-        raise DeployRefused(f"draft model {draft} has no config.json on {ctx.host}; check the path "
-                            f"(SGLang requires --speculative-draft-model-path to be a model directory)")
+        raise DeployRefused(f"draft model {draft} has no config.json on {ctx.host} (cannot read "
+                            f"{draft.rstrip('/')}/config.json); check the path (SGLang requires "
+                            f"--speculative-draft-model-path to be a Hugging Face model directory: "
+                            f"export a training checkpoint first)")
     try:
         data = json.loads(res.stdout)
     except ValueError:

@@ -331,7 +331,7 @@ FINAL_LINES = 200
 async def final_step(host: Host, training: TrainingConfig, steps: Steps) -> int | None:
     """The last step the training log records, read after the processes ended (the trainer's
     own ``Received SIGTERM at step N`` line, or its last record)."""
-    from specconsole.sources.training import LineParser
+    from specconsole.formats.training_log import LineParser
 
     steps.begin("read the final step", f"reading the last step from {training.log_path}")
     res = await steps.run(host, ["tail", "-n", str(FINAL_LINES), "--", training.log_path],

@@ -111,9 +111,11 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     fmt.add_argument("--markdown", action="store_true", help="a markdown table")
     _results_option(cmp, suppress=True)
 
-    imp = sub.add_parser("import", help="validate results files (schema specconsole.eval/1) and store them")
+    imp = sub.add_parser("import", help="validate results files (schema specconsole.eval/1) and store them; "
+                                        "z-lab `dflash.benchmark` output becomes one run, a task per dataset")
     imp.add_argument("files", nargs="+", metavar="FILE")
     imp.add_argument("--force", action="store_true", help="replace a stored run with the same id")
+    imp.add_argument("--label", help="label of the run made from dflash.benchmark output (default: file and datasets)")
     _results_option(imp, suppress=True)
     return ev
 
@@ -143,7 +145,7 @@ def run_eval_command(args: argparse.Namespace, config: Config | None, emit: Emit
     if cmd == "compare":
         return _compare(store, args)
     if cmd == "import":
-        return _import(store, args.files, args.force)
+        return _import(store, args.files, args.force, getattr(args, "label", None))
     return asyncio.run(_run(args, config, store, emit or _print_event))
 
 
@@ -192,10 +194,19 @@ def _compare(store: ResultStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _import(store: ResultStore, files: list[str], force: bool) -> int:
+def _import(store: ResultStore, files: list[str], force: bool, label: str | None = None) -> int:
+    from specconsole.eval.zlab_import import import_benchmark, is_benchmark_file
+
+    bench = [f for f in files if is_benchmark_file(f)]
     for f in files:
-        run = store.import_file(f, overwrite=force)
-        print(f"imported {run.id} ({run.label}): {len(run.tasks)} task(s), {run.kind} -> {run.path}")
+        if f not in bench:
+            run = store.import_file(f, overwrite=force)
+            print(f"imported {run.id} ({run.label}): {len(run.tasks)} task(s), {run.kind} -> {run.path}")
+    if bench:
+        run = import_benchmark(store, bench, label=label, overwrite=force)
+        tasks = ", ".join(f"{t.task} τ {t.acceptance_length:.2f}" if t.acceptance_length else t.task for t in run.tasks)
+        print(f"imported {run.id} ({run.label}) from dflash.benchmark output: {len(run.tasks)} task(s) "
+              f"({tasks}) -> {run.path}")
     return 0
 
 

@@ -21,7 +21,7 @@ from specconsole.errors import HostError, SpecConsoleError
 if TYPE_CHECKING:
     from specconsole.config import KillConfig
     from specconsole.hosts.base import Host
-    from specconsole.sources.training import TrainingProgress
+    from specconsole.sources.training_progress import TrainingProgress
 
 JobState = Literal["running", "stopped", "unknown"]
 

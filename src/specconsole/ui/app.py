@@ -546,6 +546,9 @@ class ConsoleApp(App[int]):
     def action_deploy(self) -> None:
         self._start_flow("deploy")
 
+    def action_deploy_checkpoint(self) -> None:
+        self._start_flow("deploy_checkpoint")
+
     def _start_flow(self, action_id: str) -> None:
         if action_id in self.key_plan.removed_ids:
             return  # read-only; the binding does not exist, this guards the palette and run_action
@@ -560,7 +563,7 @@ class ConsoleApp(App[int]):
             except Exception as err:
                 self.events.emit(f"{BY_ID[action_id].description.lower()}: failed: {err!r}", level="error")
                 panel = self._one(ActionPanel)
-                action = {"kill_training": "kill-training"}.get(action_id, action_id)
+                action = {"kill_training": "kill-training", "deploy_checkpoint": "deploy"}.get(action_id, action_id)
                 if panel is not None and panel.track is not None and panel.track.action == action \
                         and not panel.track.finished:
                     self.action_emit(StepEvent(action, "failed", f"failed: {err!r}"))
@@ -579,9 +582,10 @@ class ConsoleApp(App[int]):
         It owns the whole flow (:mod:`specconsole.ui.flows`): confirm (``await self.confirm(...)``,
         Cancel focused), then act, emitting each step to ``self.events`` (events pane + audit log).
         """
-        from specconsole.ui.flows import deploy_flow, kill_training_flow
+        from specconsole.ui.flows import deploy_checkpoint_flow, deploy_flow, kill_training_flow
 
-        flows = {"kill_training": kill_training_flow, "deploy": deploy_flow}
+        flows = {"kill_training": kill_training_flow, "deploy": deploy_flow,
+                 "deploy_checkpoint": deploy_checkpoint_flow}
         await flows[action_id](self)
 
 

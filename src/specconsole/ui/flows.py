@@ -118,9 +118,9 @@ async def kill_training_flow(app: ConsoleApp) -> None:
         steps.failed(str(err))
 
 
-async def deploy_flow(app: ConsoleApp) -> None:
+async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: str | None = None) -> None:
     """The wizard: a form (algorithms from the host's --help, checked in place by preflight), the plan
-    to confirm (Cancel focused), execute."""
+    to confirm (Cancel focused), execute. ``draft_model`` prefills the draft model (a checkpoint)."""
     from specconsole.actions.deploy import DeployPlan, DeployRequest, execute, preflight
     from specconsole.ui.deploy_screen import DeployForm, discover_algorithms, prefill
     from specconsole.ui.plan_screen import PlanScreen
@@ -144,6 +144,10 @@ async def deploy_flow(app: ConsoleApp) -> None:
             raise
 
     values = prefill(cfg, app.fleet.monitors[cfg.name].samples.get("sglang"))
+    if draft_model:
+        values["draft_model"] = draft_model
+    if about:
+        steps.info(about)
     plan = await app.push_screen_wait(DeployForm(values, discover=discover, check=check))
     if plan is None:
         steps.done("cancelled by the operator; nothing was changed")
@@ -158,3 +162,20 @@ async def deploy_flow(app: ConsoleApp) -> None:
         await execute(host, plan, steps, operator="console")
     except SpecConsoleError as err:
         steps.failed(str(err))
+
+
+async def deploy_checkpoint_flow(app: ConsoleApp) -> None:
+    """``D``: the deploy wizard with the checkpoint under the training pane's cursor as the draft model."""
+    from specconsole.ui.checkpoints_pane import selected_checkpoint
+
+    picked = selected_checkpoint(app)
+    if isinstance(picked, str):
+        app.events.emit(f"deploy checkpoint: {picked}", level="warning")
+        app.notify(picked, title="Deploy checkpoint", severity="warning", timeout=8)
+        return
+    host_name, ckpt = picked
+    about = f"draft model: checkpoint {ckpt.name} (step {ckpt.step}) from {host_name}: {ckpt.path}"
+    if not ckpt.has_config:
+        about += (" — it has no config.json (training state only?); SGLang loads a Hugging Face model "
+                  "folder, so the preflight will refuse it: export the checkpoint first")
+    await deploy_flow(app, draft_model=ckpt.path, about=about)

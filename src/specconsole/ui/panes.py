@@ -29,6 +29,7 @@ from specconsole.events import Event, EventLog
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
 from specconsole.ui import format as fmt
+from specconsole.ui.checkpoints_pane import CheckpointTable
 from specconsole.ui.history import History, tokens_per_s
 from specconsole.ui.serving_facts import deployment_lines
 from specconsole.ui.widgets import PlotRow
@@ -302,6 +303,7 @@ class TrainingPane(Vertical):
         yield PlotRow("loss", minimum=None, classes="plot loss")
         yield TextBlock("", classes="freshness")
         yield TextBlock("", classes="recent")
+        yield CheckpointTable()
 
     def show(self, status: HostStatus | None, view: View) -> None:
         if status is None:
@@ -349,6 +351,7 @@ class TrainingPane(Vertical):
         _part(self, ".freshness", TextBlock).set(fresh)
         recent = [escape(line) for line in p.recent_lines[-self.RECENT:]]
         _part(self, ".recent", TextBlock).set("\n".join(recent) or "[$text-muted](no lines)[/]")
+        _part(self, ".checkpoints", CheckpointTable).show(getattr(p, "checkpoints", None), view.now)
         _set_classes(self, stale=stale, stalled=stalled)
 
 

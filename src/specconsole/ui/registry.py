@@ -45,6 +45,10 @@ def _has_serve_host(ctx: ActionContext) -> str | None:
     return None if ctx.config.serve_hosts else "no serving host configured"
 
 
+def _has_train_and_serve_host(ctx: ActionContext) -> str | None:
+    return _has_train_host(ctx) or _has_serve_host(ctx)
+
+
 def _several_themes(ctx: ActionContext) -> str | None:
     return None if len(ctx.theme_names) > 1 else "only one theme loaded"
 
@@ -81,6 +85,10 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("deploy", "d", "Deploy",
                "Deploy a draft model / speculative settings to SGLang (restarts it) after confirmation",
                destructive=True, available=_has_serve_host,
+               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy"),
+    ActionSpec("deploy_checkpoint", "D", "Deploy checkpoint",
+               "Open the deploy wizard with the checkpoint selected in the training pane as the draft model",
+               destructive=True, available=_has_train_and_serve_host, show=False,
                confirm_title="Deploy and restart SGLang?", confirm_button="Deploy"),
     ActionSpec("quit", "q", "Quit", "Leave the console (monitors stop; nothing on the hosts changes)"),
 )
