@@ -1,0 +1,1 @@
+"""Formats of the tools the console reads: pure parsers of their text output (no I/O)."""
