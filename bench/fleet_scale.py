@@ -59,9 +59,9 @@ WARMUP_S = 3.0
 TMUX = ["tmux", "-L", f"specconsole-fleet-bench-{os.getpid()}", "-f", "/dev/null"]
 AGE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)s (?:ago|old)\b")
 
-# A cheap nvidia-smi: the console's -lms query streams, fixed readings, no fork per line.
+# A cheap nvidia-smi: the console's -lms query streams, no process per line.
 CHEAP_SMI = r"""#!/bin/bash
-# bench/fleet_scale.py's stand-in for nvidia-smi: fixed rows, one burst per -lms period
+# bench/fleet_scale.py's stand-in for nvidia-smi: one burst of rows per -lms period
 ms=1000; apps=0; a=("$@")
 for ((i = 0; i < ${#a[@]}; i++)); do
   case ${a[i]} in --query-compute-apps*) apps=1;; -lms) ms=${a[i+1]};; esac
@@ -69,12 +69,15 @@ done
 exec 4<>"__FIFO__"
 t=$((ms / 1000)).$(printf %03d $((ms % 1000)))
 if [ $apps = 1 ]; then while :; do read -r -t 3600 -u 4 _; done; fi
-rows=""
-for ((g = 0; g < __GPUS__; g++)); do
-  u=GPU-$(printf %08d $g)-aaaa-bbbb-cccc-$(printf %012d $g)
-  rows+="$g, $u, NVIDIA H200, 37, 12, 20480, 143771, 310.50, 700.00, 55, 1980, P0"$'\n'
+u=()
+for ((g = 0; g < __GPUS__; g++)); do u[g]=GPU-$(printf %08d $g)-aaaa-bbbb-cccc-$(printf %012d $g); done
+while :; do  # readings move every period, as real ones do (bash builtins only)
+  for ((g = 0; g < __GPUS__; g++)); do
+    p=$((RANDOM % 400 + 100)).$((RANDOM % 90 + 10))
+    echo "$g, ${u[g]}, NVIDIA H200, $((RANDOM % 100)), 12, 20480, 143771, $p, 700.00, 55, 1980, P0"
+  done
+  read -r -t "$t" -u 4 _
 done
-while :; do printf %s "$rows"; read -r -t "$t" -u 4 _; done
 """
 
 
