@@ -154,68 +154,19 @@ class NvidiaSmiSource:
     async def _consume_gpus(
         self, proc: StreamProcess, publish: Publish[GpuSnapshot]
     ) -> tuple[bool, list[str]]:
-        """Read the stream until it ends; returns (published anything, first non-row lines)."""
-        queue: asyncio.Queue[tuple[float, str] | None] = asyncio.Queue()
+        """Read the stream until it ends; returns (published anything, first non-row lines).
 
-        async def reader() -> None:
-            try:
-                async for line in proc.lines():
-                    queue.put_nowait((time.time(), line))
-            finally:
-                queue.put_nowait(None)
-
-        task = asyncio.create_task(reader())
-        junk: list[str] = []
-        produced = False
-        batch: list[GpuReading] = []
-        batch_at = last_at = 0.0
-        emitted = False
-
-        def emit() -> None:
-            nonlocal emitted, produced
-            self._publish_batch(batch, batch_at, publish)
-            emitted = produced = True
-
+        Line-driven: each line is handled as it is read, with no task, queue or timer per line;
+        the quiet period is one loop deadline per batch that is still incomplete."""
+        batcher = _GpuBatcher(self, publish, asyncio.get_running_loop())
         try:
-            while True:
-                timeout = self.quiet_s if batch and not emitted else None
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout)
-                except TimeoutError:
-                    emit()
-                    batch = []
-                    continue
-                if item is None:
-                    break
-                at, line = item
-                if not line.strip() or is_header(line, QUERY_GPU_FIELDS):
-                    continue
-                try:
-                    reading = parse_gpu_line(line, QUERY_GPU_FIELDS)
-                except GpuParseError:
-                    self.garbage_lines += 1
-                    if len(junk) < 20:
-                        junk.append(line)
-                    continue
-                if batch and (reading.index <= batch[-1].index or at - last_at > self.quiet_s):
-                    if not emitted:
-                        emit()
-                    batch = []
-                if not batch:
-                    batch_at, emitted = at, False
-                batch.append(reading)
-                last_at = at
-                if self._expected is not None and len(batch) >= self._expected:
-                    emit()
-            if batch and not emitted:
-                emit()
+            async for line in proc.lines():
+                batcher.feed(time.time(), line)
         except BaseException:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            batcher.cancel()
             raise
-        await task  # the reader is done: re-raises HostUnavailable & co.
-        return produced, junk
+        batcher.finish()
+        return batcher.produced, batcher.junk
 
     def _publish_batch(
         self, batch: list[GpuReading], at: float, publish: Publish[GpuSnapshot]
@@ -288,3 +239,82 @@ class NvidiaSmiSource:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
+
+class _GpuBatcher:
+    """Groups query-gpu lines into one snapshot per nvidia-smi iteration (see
+    :class:`NvidiaSmiSource`). ``feed`` is called for each line as it is read; a batch still short
+    of the expected GPU count gets ONE deadline (``loop.call_at``, moved on only when lines keep
+    coming), which emits it once the stream has been quiet for ``quiet_s``."""
+
+    def __init__(self, source: NvidiaSmiSource, publish: Publish[GpuSnapshot],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.source = source
+        self.publish = publish
+        self.loop = loop
+        self.quiet_s = source.quiet_s
+        self.junk: list[str] = []
+        self.produced = False
+        self.batch: list[GpuReading] = []
+        self.batch_at = 0.0
+        self.last_at = 0.0
+        self.last_loop_time = 0.0
+        self.emitted = False
+        self.timer: asyncio.TimerHandle | None = None
+        #: Deadlines armed (for tests: at most one per incomplete batch, never one per line).
+        self.deadlines = 0
+
+    def feed(self, at: float, line: str) -> None:
+        src = self.source
+        if not line.strip() or is_header(line, QUERY_GPU_FIELDS):
+            return
+        try:
+            reading = parse_gpu_line(line, QUERY_GPU_FIELDS)
+        except GpuParseError:
+            src.garbage_lines += 1
+            if len(self.junk) < 20:
+                self.junk.append(line)
+            return
+        batch = self.batch
+        if batch and (reading.index <= batch[-1].index or at - self.last_at > self.quiet_s):
+            if not self.emitted:
+                self.emit()
+            self.batch = batch = []
+        if not batch:
+            self.batch_at, self.emitted = at, False
+        batch.append(reading)
+        self.last_at = at
+        self.last_loop_time = self.loop.time()
+        if src._expected is not None and len(batch) >= src._expected:
+            self.emit()
+        elif not self.emitted and self.timer is None:
+            self.deadlines += 1
+            self.timer = self.loop.call_at(self.last_loop_time + self.quiet_s, self._quiet)
+
+    def _quiet(self) -> None:
+        self.timer = None
+        if not self.batch or self.emitted:
+            return
+        due = self.last_loop_time + self.quiet_s
+        if self.loop.time() < due:  # a line came meanwhile: the quiet period starts from it
+            self.timer = self.loop.call_at(due, self._quiet)
+            return
+        self.emit()
+        self.batch = []
+
+    def emit(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.source._publish_batch(self.batch, self.batch_at, self.publish)
+        self.emitted = self.produced = True
+
+    def finish(self) -> None:
+        """The stream ended: publish what is left."""
+        if self.batch and not self.emitted:
+            self.emit()
+        self.cancel()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
