@@ -76,6 +76,7 @@ async def _status(args: argparse.Namespace) -> int:
         return 128 + guard.signal
     finally:
         await fleet.stop()
+        guard.finished()
 
 
 async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
