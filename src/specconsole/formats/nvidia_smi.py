@@ -123,12 +123,17 @@ _HEADER_NAMES: dict[str, str] = {"clocks.sm": "clocks.current.sm", "used_memory"
 
 
 def is_missing_cell(cell: str) -> bool:
-    return bool(_MISSING_CELL.match(cell.strip()))
+    c = cell.strip()
+    return c[:1] == "[" and (c[-1:] == "]" and len(c) > 1) and bool(_MISSING_CELL.match(c))
 
 
 def parse_number(cell: str) -> float | None:
     """``"97"``, ``"97 %"``, ``"612.40 W"``, ``"131072 MiB"`` -> float; anything else -> None."""
-    m = _NUMBER.match(cell.strip())
+    c = cell.strip()
+    whole, dot, frac = c.partition(".")
+    if whole.isdecimal() and (not dot or frac.isdecimal()):  # the common unitless cell, no regex
+        return float(c)
+    m = _NUMBER.match(c)
     return float(m.group(1)) if m else None
 
 
@@ -154,26 +159,41 @@ def is_header(line: str, fields: Sequence[str]) -> bool:
     return bool(fields) and first in (fields[0], _HEADER_NAMES.get(fields[0], fields[0]))
 
 
+#: per field tuple: the name cell's position and, per cell, (field, attribute, kind) or None
+_PLANS: dict[tuple[str, ...], tuple[int | None, tuple[tuple[str, str, str] | None, ...]]] = {}
+
+
+def _plan(fields: Sequence[str]) -> tuple[int | None, tuple[tuple[str, str, str] | None, ...]]:
+    key = tuple(fields)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if "index" not in key:
+            raise ValueError("the query must include the index field")
+        cells = tuple(
+            ("index", "index", "index") if name == "index"
+            else (name, *_GPU_ATTRS[name]) if name in _GPU_ATTRS else None
+            for name in key
+        )
+        plan = _PLANS[key] = (key.index("name") if "name" in key else None, cells)
+    return plan
+
+
 def parse_gpu_line(line: str, fields: Sequence[str] = QUERY_GPU_FIELDS) -> GpuReading:
     """One ``--query-gpu`` row (with or without units). Raises :class:`GpuParseError`."""
-    if "index" not in fields:
-        raise ValueError("the query must include the index field")
-    wide = fields.index("name") if "name" in fields else None
-    cells = split_cells(line, len(fields), wide)
-    values: dict[str, Any] = {}
+    wide, plan = _plan(fields)
+    cells = split_cells(line, len(plan), wide)
+    values: dict[str, Any] = {"uuid": None, "name": None}
     unavailable: dict[str, str] = {}
     index: int | None = None
-    for name, cell in zip(fields, cells, strict=True):
-        if name == "index":
+    for step, cell in zip(plan, cells, strict=True):
+        if step is None:
+            continue
+        name, key, kind = step
+        if kind == "index":
             if not cell.isdigit():
                 raise GpuParseError(f"not a GPU index: {cell!r} in {line[:120]!r}")
             index = int(cell)
-            continue
-        attr = _GPU_ATTRS.get(name)
-        if attr is None:
-            continue
-        key, kind = attr
-        if is_missing_cell(cell) or cell == "":
+        elif cell == "" or is_missing_cell(cell):
             unavailable[name] = cell
             values[key] = None
         elif kind == "num":
@@ -184,8 +204,6 @@ def parse_gpu_line(line: str, fields: Sequence[str] = QUERY_GPU_FIELDS) -> GpuRe
         else:
             values[key] = cell
     assert index is not None
-    values.setdefault("uuid", None)
-    values.setdefault("name", None)
     return GpuReading(index=index, unavailable=unavailable, **values)
 
 
