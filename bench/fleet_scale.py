@@ -322,7 +322,11 @@ def prom_runs(tmp: Path, sizes: list[int], args: argparse.Namespace) -> list[Run
     for n in [2, *sizes]:
         work = tmp / f"prom-{n}"
         work.mkdir()
-        plab = prom_fleet.start(work, hosts=n, gpus=args.gpus, scrape_interval_s=args.prom_scrape_s)
+        try:
+            plab = prom_fleet.start(work, hosts=n, gpus=args.gpus, scrape_interval_s=args.prom_scrape_s)
+        except Exception as err:  # its API is another helper's; say what failed and go on
+            out.append(emit(Run("prom", n, note=f"prom_fleet.start failed: {err}")))
+            continue
         try:
             if hasattr(plab, "wait_scraped"):
                 plab.wait_scraped(timeout=120)
