@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
 from specconsole.lab.environment import Lab, LabOptions
-from specconsole.sources.gpu import QUERY_GPU_FIELDS
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from specconsole.config import Config, load_config
+from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.monitor import Fleet
-from specconsole.sources.gpu import QUERY_GPU_FIELDS
 
 WARMUP_S = 3.0
 

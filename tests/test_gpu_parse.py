@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specconsole.sources.gpu import (
+from specconsole.formats.nvidia_smi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
     GpuParseError,

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.lab.nvidia_smi import DRIVER_MESSAGE
-from specconsole.sources.gpu import (
+from specconsole.formats.nvidia_smi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
     parse_app_lines,
     parse_gpu_lines,
 )
+from specconsole.lab.nvidia_smi import DRIVER_MESSAGE
 
 GPU_Q = "--query-gpu=" + ",".join(QUERY_GPU_FIELDS)
 APPS_Q = "--query-compute-apps=" + ",".join(QUERY_APPS_FIELDS)

@@ -76,25 +76,14 @@ async def _status(args: argparse.Namespace) -> int:
         return 128 + guard.signal
     finally:
         await fleet.stop()
+        guard.finished()
 
 
 async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
-    from specconsole.report import status_json, status_text
+    from specconsole.status_watch import print_status
 
-    await fleet.start()
-    statuses = await fleet.first_snapshot(args.timeout)
-    while True:
-        if args.json:
-            print(json.dumps(status_json(statuses), indent=None if args.watch else 2), flush=True)
-        else:
-            print(status_text(statuses), flush=True)
-        if not args.watch:
-            break
-        await asyncio.sleep(args.interval)
-        statuses = fleet.statuses()
-        if not args.json:
-            print(flush=True)
-    return 0 if all(s.reachable for s in statuses) else 1
+    return await print_status(fleet, as_json=args.json, watch=args.watch, interval=args.interval,
+                              timeout=args.timeout)
 
 
 def _stderr(line: str) -> None:

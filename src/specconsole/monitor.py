@@ -215,10 +215,16 @@ class Fleet:
     async def first_snapshot(self, timeout: float) -> list[HostStatus]:
         """Wait until every host is complete or known unreachable, at most ``timeout`` s."""
         deadline = time.monotonic() + timeout
+        pending = list(self.monitors.values())
         while time.monotonic() < deadline:
-            statuses = self.statuses()
-            if all(s.complete or _given_up(s) for s in statuses):
-                return statuses
+            # only the hosts not settled yet are looked at (cheap at hundreds of hosts); once
+            # none is left, all are checked together, as a settled host may have moved on
+            pending = [m for m in pending if not _settled(m.status())]
+            if not pending:
+                statuses = self.statuses()
+                pending = [m for m, s in zip(self.monitors.values(), statuses, strict=True) if not _settled(s)]
+                if not pending:
+                    return statuses
             await asyncio.sleep(0.05)
         return self.statuses()
 
@@ -228,6 +234,10 @@ def _retrieve(tasks: list[asyncio.Future[Any]]) -> None:
     for task in tasks:
         if task.done() and not task.cancelled():
             task.exception()
+
+
+def _settled(status: HostStatus) -> bool:
+    return status.complete or _given_up(status)
 
 
 def _given_up(status: HostStatus) -> bool:

@@ -162,6 +162,15 @@ class ExitGuard:
             faulthandler.cancel_dump_traceback_later()
         return True
 
+    def finished(self) -> None:
+        """The orderly part is done and the process is about to end: stop the SIGALRM timer,
+        which would otherwise fire during interpreter teardown, after Python has put back the
+        default action (the process then dies of SIGALRM, status -14, instead of 128 + signal).
+        The backup thread and faulthandler stay armed until the process is gone."""
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
     def _alarm(self, _sig: int, _frame: object) -> None:
         self._fire()
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig, KillConfig, TrainingConfig
 from specconsole.errors import SpecConsoleError
+from specconsole.formats.nvidia_smi import GpuProcess, GpuReading, parse_app_lines, parse_gpu_lines
 from specconsole.hosts import Host
-from specconsole.sources.gpu import GpuProcess, GpuReading, parse_app_lines, parse_gpu_lines
 
 PS_ARGV = ["ps", "-eww", "-o", "pid=,ppid=,pgid=,stat=,args="]
 GPU_MEM_FIELDS = ("index", "uuid", "memory.used")

@@ -1,0 +1,157 @@
+"""CPU per line and per tick of headless ``status --watch --json`` at fleet scale, in-process and
+independent of machine load (``time.process_time``): the parts bench/fleet_scale.py measures
+end to end, isolated so that two source trees can be compared on a busy machine.
+
+- ingest: N hosts' ``nvidia-smi --query-gpu`` streams (G GPUs each, one burst per period, the
+  lines in memory) read by ``NvidiaSmiSource._consume_gpus`` all at once: CPU µs per line, and the
+  tasks created while reading;
+- json: one ``--watch --json`` line for N hosts with G GPUs each, every host's GPU sample new
+  (the 1 Hz steady state) and none new: CPU ms per line.
+
+Runs whatever ``specconsole`` is importable: compare trees with
+``PYTHONPATH=/path/to/old/src .venv/bin/python bench/headless_cost.py`` (a tree without
+``specconsole.status_watch`` is measured with its ``json.dumps(status_json(...))``).
+
+Usage: .venv/bin/python bench/headless_cost.py [--hosts 400] [--gpus 8] [--bursts 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import specconsole
+from specconsole.config import GpuConfig, HostConfig
+from specconsole.hosts.base import Connection, ConnState, StreamProcess
+from specconsole.hosts.local import LocalHost
+from specconsole.monitor import HostStatus
+from specconsole.report import status_json
+from specconsole.samples import Sample
+from specconsole.sources.gpu import GpuReading, GpuSnapshot, GpuState, NvidiaSmiSource
+
+
+def row(i: int, b: int) -> str:
+    return (f"{i}, GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}, NVIDIA H200, {(b * 7 + i) % 100}, 12, 20480, 143771, "
+            f"{300 + b % 50}.{i}5, 700.00, 55, 1980, P0")
+
+
+class Lines(StreamProcess):
+    command = "in memory"
+
+    def __init__(self, gpus: int, bursts: int, pause_s: float) -> None:
+        self.gpus, self.bursts, self.pause_s = gpus, bursts, pause_s
+
+    async def lines(self) -> AsyncIterator[str]:
+        for b in range(self.bursts):
+            for i in range(self.gpus):
+                await asyncio.sleep(0)
+                yield row(i, b)
+            await asyncio.sleep(self.pause_s)
+
+    async def wait(self) -> int | None:
+        return 0
+
+    @property
+    def stderr_text(self) -> str:
+        return ""
+
+    async def close(self) -> None:
+        pass
+
+
+async def ingest(hosts: int, gpus: int, bursts: int) -> tuple[float, int, int]:
+    loop = asyncio.get_running_loop()
+    created = 0
+    default = loop.get_task_factory()
+
+    def counting(lp: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        nonlocal created
+        created += 1
+        return default(lp, coro, **kw) if default else asyncio.Task(coro, loop=lp, **kw)
+
+    published = 0
+
+    def publish(_s: Sample[Any]) -> None:
+        nonlocal published
+        published += 1
+
+    sources = []
+    for h in range(hosts):
+        src = NvidiaSmiSource(LocalHost(HostConfig(name=f"h{h}", role="train")), GpuConfig(interval_s=1.0))
+        src._apps_last_line = time.monotonic() + 3600  # apps known: no processes
+        sources.append(src)
+    runs = [asyncio.ensure_future(s._consume_gpus(Lines(gpus, bursts, 0.05), publish)) for s in sources]
+    await asyncio.sleep(0)
+    loop.set_task_factory(counting)  # type: ignore[arg-type]
+    c0 = time.process_time()
+    try:
+        await asyncio.gather(*runs)
+    finally:
+        loop.set_task_factory(default)
+    cpu = time.process_time() - c0
+    return cpu / (hosts * gpus * bursts) * 1e6, created, published
+
+
+def statuses(hosts: int, gpus: int, now: float) -> list[HostStatus]:
+    readings = tuple(GpuReading(index=i, uuid=f"GPU-{i:08d}", name="NVIDIA H200", utilization_pct=50.0 + i,
+                                memory_util_pct=12.0, memory_used_mib=20480.0, memory_total_mib=143771.0,
+                                power_draw_w=310.5, power_limit_w=700.0, temperature_c=55.0,
+                                sm_clock_mhz=1980.0, pstate="P0") for i in range(gpus))
+    conn = Connection(ConnState.CONNECTED, since=now - 60, last_ok=now)
+    return [HostStatus(name=f"h{h:03d}", role="train", address=f"root@127.0.0.2:{2200 + h}", connection=conn,
+                       gpu=Sample(GpuSnapshot(GpuState.OK, readings, at=now), at=now, interval=1.0),
+                       sglang=None, training=None, expected=("gpu",)) for h in range(hosts)]
+
+
+def json_cost(hosts: int, gpus: int, ticks: int) -> tuple[str, float, float]:
+    try:
+        from specconsole.status_watch import StatusJsonLines
+
+        cached = StatusJsonLines()
+        line: Callable[[list[HostStatus], float], str] = cached.line
+        how = "StatusJsonLines"
+    except ImportError:
+        def line(s: list[HostStatus], now: float) -> str:
+            return json.dumps(status_json(s, now))
+        how = "json.dumps(status_json)"
+    now = time.time()
+    base = statuses(hosts, gpus, now)
+    fresh_sets = [[dataclasses.replace(s, gpu=Sample(s.gpu.value, at=now + t, interval=1.0))  # type: ignore[union-attr]
+                   for s in base] for t in range(ticks)]
+    line(base, now)
+    c0 = time.process_time()
+    for t in range(ticks):
+        line(fresh_sets[t], now + t + 0.5)
+    changed = (time.process_time() - c0) / ticks * 1e3
+    c0 = time.process_time()
+    for t in range(ticks):
+        line(fresh_sets[-1], now + ticks + t)
+    same = (time.process_time() - c0) / ticks * 1e3
+    return how, changed, same
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=400)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--bursts", type=int, default=20, help="query-gpu bursts per host (ingest)")
+    ap.add_argument("--ticks", type=int, default=10, help="JSON lines per case")
+    args = ap.parse_args()
+    print(f"specconsole from {specconsole.__file__}")
+    us, tasks, published = asyncio.run(ingest(args.hosts, args.gpus, args.bursts))
+    lines = args.hosts * args.gpus * args.bursts
+    print(f"ingest: {args.hosts} hosts x {args.gpus} GPUs x {args.bursts} bursts = {lines} lines: "
+          f"{us:.1f} CPU-µs/line, {tasks} tasks created while reading, {published} snapshots")
+    how, changed, same = json_cost(args.hosts, args.gpus, args.ticks)
+    print(f"json ({how}): {args.hosts} hosts x {args.gpus} GPUs: {changed:.1f} CPU-ms/line with every GPU "
+          f"sample new, {same:.1f} CPU-ms/line with none new")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

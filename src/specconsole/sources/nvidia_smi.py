@@ -1,0 +1,320 @@
+"""GPU readings from ``nvidia-smi`` query streams on any host (one long-lived process per
+query, never a process per sample). Formats and types: :mod:`specconsole.formats.nvidia_smi`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from specconsole.config import GpuConfig
+from specconsole.errors import HostUnavailable
+from specconsole.formats.nvidia_smi import (
+    QUERY_APPS_FIELDS,
+    QUERY_GPU_FIELDS,
+    GpuParseError,
+    GpuProcess,
+    GpuReading,
+    GpuSnapshot,
+    GpuState,
+    classify_failure,
+    error_snapshot,
+    is_header,
+    parse_app_line,
+    parse_gpu_line,
+)
+from specconsole.hosts.base import Host, StreamProcess
+from specconsole.hosts.commands import to_shell
+from specconsole.samples import Sample
+from specconsole.sources import Publish
+
+log = logging.getLogger(__name__)
+
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 15.0
+
+
+class NvidiaSmiSource:
+    """GPU readings from one long-lived ``nvidia-smi -lms`` stream per host.
+
+    Streams (both via ``host.stream(argv)``, restarted only when they end):
+
+    * ``nvidia-smi --query-gpu=<QUERY_GPU_FIELDS> --format=csv,noheader,nounits -lms <ms>``
+    * ``nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid
+      --format=csv,noheader,nounits -lms <ms>``
+
+    Grouping the query-gpu stream into one snapshot per iteration: nvidia-smi writes all GPUs
+    of one iteration in index order in one burst, then sleeps for the interval. A batch is
+    emitted as soon as it holds as many GPUs as the previous batch did (no added latency in the
+    steady state); otherwise (first iteration, a GPU vanished) when the stream has been quiet
+    for a short period (``quiet_s``: 20 % of the interval, 50-200 ms). A line whose index is not
+    above the previous line's, or that follows a quiet period, starts a new batch. A GPU that
+    shows up after its batch was emitted by count (a GPU came back) is added to that batch and
+    the batch is published again. Each snapshot is stamped with the arrival time of its first
+    line. Indices seen before but absent from a batch are its ``missing``.
+
+    The compute-apps stream prints one burst per iteration and nothing at all when no process
+    uses a GPU, so the process list is the latest burst while its last line is less than
+    1.5 intervals old, and empty after that ("no processes" is silence). Processes are mapped
+    to a GPU index through the uuids of the latest query-gpu batch.
+
+    When the query-gpu stream ends (nvidia-smi exits, the host drops: ``HostUnavailable`` or
+    the lines ending) the exit status and output are classified (:func:`classify_failure`), an
+    error snapshot is published, and the stream is restarted after ``host.wait_connected()``
+    and a backoff (0.5 s doubling to 15 s; reset once a stream produced readings). Error
+    samples carry ``interval = max(cfg.interval_s, next backoff)`` so they do not read stale
+    while the source is waiting to retry.
+    """
+
+    def __init__(self, host: Host, cfg: GpuConfig, *, binary: str = "nvidia-smi") -> None:
+        self.host = host
+        self.cfg = cfg
+        self.interval = max(0.01, float(cfg.interval_s))
+        ms = max(1, round(self.interval * 1000))
+        self.gpu_argv: list[str] = [
+            binary, "--query-gpu=" + ",".join(QUERY_GPU_FIELDS), "--format=csv,noheader,nounits",
+            "-lms", str(ms),
+        ]
+        self.apps_argv: list[str] = [
+            binary, "--query-compute-apps=" + ",".join(QUERY_APPS_FIELDS),
+            "--format=csv,noheader,nounits", "-lms", str(ms),
+        ]
+        self.quiet_s = min(0.2, max(0.05, 0.2 * self.interval))
+        self.apps_silence_s = 1.5 * self.interval
+        #: Counters for diagnostics and tests.
+        self.gpu_streams_started = 0
+        self.apps_streams_started = 0
+        self.garbage_lines = 0
+        self.last: GpuSnapshot | None = None
+        self._seen: set[int] = set()
+        self._expected: int | None = None
+        self._uuid_to_index: dict[str, int] = {}
+        self._apps_running = False
+        self._apps_burst: list[GpuProcess] = []
+        self._apps_last_line: float | None = None
+        self._apps_started_at: float | None = None
+        self._run_started = time.monotonic()
+
+    def _apps_known(self) -> bool:
+        """Whether the process list means something yet: the apps stream printed a burst, or has
+        run silently for 1.5 intervals (no processes). A broken apps stream does not hold GPU
+        readings back for more than a few intervals."""
+        now = time.monotonic()
+        if self._apps_last_line is not None:
+            return True
+        if self._apps_started_at is not None and now - self._apps_started_at > self.apps_silence_s:
+            return True
+        return now - self._run_started > 3 * self.interval + 2
+
+    @property
+    def command(self) -> str:
+        """The exact query-gpu command line (what the pane shows as "the remote command")."""
+        return to_shell(self.gpu_argv)
+
+    async def run(self, publish: Publish[GpuSnapshot]) -> None:
+        self._run_started = time.monotonic()
+        apps = asyncio.create_task(self._run_apps(), name=f"gpu-apps-{self.host.name}")
+        try:
+            await self._run_gpus(publish)
+        finally:
+            apps.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await apps
+
+    # -- query-gpu stream --------------------------------------------------------------------
+    async def _run_gpus(self, publish: Publish[GpuSnapshot]) -> None:
+        backoff = BACKOFF_INITIAL_S
+        while True:
+            await self.host.wait_connected()
+            produced = False
+            try:
+                async with self.host.stream(self.gpu_argv) as proc:
+                    self.gpu_streams_started += 1
+                    produced, stdout_junk = await self._consume_gpus(proc, publish)
+                    status = await proc.wait()
+                    output = "\n".join([*stdout_junk, proc.stderr_text])
+                state, message = classify_failure(status, output, self.host.name, self.command)
+            except HostUnavailable as err:
+                detail = str(err)
+                if not detail.startswith(f"{self.host.name}:"):
+                    detail = f"{self.host.name}: {detail or 'not connected'}"
+                state, message = GpuState.ERROR, f"{detail}; GPU readings resume on reconnect"
+            except Exception as err:  # any transport failure: report it, retry, never die
+                state, message = GpuState.ERROR, f"{self.host.name}: `{self.command}` failed: {err}"
+            if produced:
+                backoff = BACKOFF_INITIAL_S
+            snap = error_snapshot(state, message)
+            self.last = snap
+            log.info("%s", message)
+            publish(Sample(snap, at=snap.at, interval=max(self.interval, backoff)))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _consume_gpus(
+        self, proc: StreamProcess, publish: Publish[GpuSnapshot]
+    ) -> tuple[bool, list[str]]:
+        """Read the stream until it ends; returns (published anything, first non-row lines).
+
+        Line-driven: each line is handled as it is read, with no task, queue or timer per line;
+        the quiet period is one loop deadline per batch that is still incomplete."""
+        batcher = _GpuBatcher(self, publish, asyncio.get_running_loop())
+        try:
+            async for line in proc.lines():
+                batcher.feed(time.time(), line)
+        except BaseException:
+            batcher.cancel()
+            raise
+        batcher.finish()
+        return batcher.produced, batcher.junk
+
+    def _publish_batch(
+        self, batch: list[GpuReading], at: float, publish: Publish[GpuSnapshot]
+    ) -> None:
+        by_index = {r.index: r for r in batch}
+        gpus = tuple(by_index[i] for i in sorted(by_index))
+        self._seen.update(by_index)
+        self._expected = len(gpus)
+        self._uuid_to_index = {g.uuid: g.index for g in gpus if g.uuid}
+        if not self._apps_known():
+            return  # the first readings wait (at most 1.5 intervals) until processes are known
+        snap = GpuSnapshot(
+            state=GpuState.OK, gpus=gpus, processes=self._current_processes(),
+            missing=tuple(sorted(self._seen - by_index.keys())), error=None, at=at,
+        )
+        self.last = snap
+        publish(Sample(snap, at=at, interval=self.cfg.interval_s))
+
+    # -- compute-apps stream -------------------------------------------------------------------
+    def _current_processes(self) -> tuple[GpuProcess, ...]:
+        last = self._apps_last_line
+        if not self._apps_running or last is None:
+            return ()
+        if time.monotonic() - last > self.apps_silence_s + 0.1:
+            return ()  # no burst for 1.5 intervals: nvidia-smi printed nothing, so no processes
+        m = self._uuid_to_index
+        return tuple(
+            GpuProcess(p.pid, p.name, p.used_memory_mib, p.gpu_uuid,
+                       m.get(p.gpu_uuid) if p.gpu_uuid else None)
+            for p in self._apps_burst
+        )
+
+    async def _run_apps(self) -> None:
+        backoff = BACKOFF_INITIAL_S
+        while True:
+            await self.host.wait_connected()
+            started = time.monotonic()
+            try:
+                async with self.host.stream(self.apps_argv) as proc:
+                    self.apps_streams_started += 1
+                    self._apps_running = True
+                    self._apps_started_at = time.monotonic()
+                    async for line in proc.lines():
+                        if not line.strip() or is_header(line, QUERY_APPS_FIELDS):
+                            continue
+                        try:
+                            p = parse_app_line(line, QUERY_APPS_FIELDS)
+                        except GpuParseError:
+                            self.garbage_lines += 1
+                            continue
+                        now = time.monotonic()
+                        last = self._apps_last_line
+                        if last is None or now - last > self.quiet_s:  # a new iteration's burst
+                            self._apps_burst = []
+                        self._apps_burst.append(p)
+                        self._apps_last_line = now
+                    status = await proc.wait()
+                    log.info("%s: `%s` ended (exit %s)", self.host.name, proc.command, status)
+            except HostUnavailable:
+                pass
+            except Exception as err:
+                log.warning("%s: compute-apps stream failed: %s", self.host.name, err)
+            finally:
+                self._apps_running = False
+                self._apps_burst = []
+                self._apps_last_line = None
+                self._apps_started_at = None
+            if time.monotonic() - started > 4 * self.interval + 2:
+                backoff = BACKOFF_INITIAL_S
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+class _GpuBatcher:
+    """Groups query-gpu lines into one snapshot per nvidia-smi iteration (see
+    :class:`NvidiaSmiSource`). ``feed`` is called for each line as it is read; a batch still short
+    of the expected GPU count gets ONE deadline (``loop.call_at``, moved on only when lines keep
+    coming), which emits it once the stream has been quiet for ``quiet_s``."""
+
+    def __init__(self, source: NvidiaSmiSource, publish: Publish[GpuSnapshot],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.source = source
+        self.publish = publish
+        self.loop = loop
+        self.quiet_s = source.quiet_s
+        self.junk: list[str] = []
+        self.produced = False
+        self.batch: list[GpuReading] = []
+        self.batch_at = 0.0
+        self.last_at = 0.0
+        self.last_loop_time = 0.0
+        self.emitted = False
+        self.timer: asyncio.TimerHandle | None = None
+        #: Deadlines armed (for tests: at most one per incomplete batch, never one per line).
+        self.deadlines = 0
+
+    def feed(self, at: float, line: str) -> None:
+        src = self.source
+        if not line.strip() or is_header(line, QUERY_GPU_FIELDS):
+            return
+        try:
+            reading = parse_gpu_line(line, QUERY_GPU_FIELDS)
+        except GpuParseError:
+            src.garbage_lines += 1
+            if len(self.junk) < 20:
+                self.junk.append(line)
+            return
+        batch = self.batch
+        if batch and (reading.index <= batch[-1].index or at - self.last_at > self.quiet_s):
+            if not self.emitted:
+                self.emit()
+            self.batch = batch = []
+        if not batch:
+            self.batch_at, self.emitted = at, False
+        batch.append(reading)
+        self.last_at = at
+        self.last_loop_time = self.loop.time()
+        if src._expected is not None and len(batch) >= src._expected:
+            self.emit()
+        elif not self.emitted and self.timer is None:
+            self.deadlines += 1
+            self.timer = self.loop.call_at(self.last_loop_time + self.quiet_s, self._quiet)
+
+    def _quiet(self) -> None:
+        self.timer = None
+        if not self.batch or self.emitted:
+            return
+        due = self.last_loop_time + self.quiet_s
+        if self.loop.time() < due:  # a line came meanwhile: the quiet period starts from it
+            self.timer = self.loop.call_at(due, self._quiet)
+            return
+        self.emit()
+        self.batch = []
+
+    def emit(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.source._publish_batch(self.batch, self.batch_at, self.publish)
+        self.emitted = self.produced = True
+
+    def finish(self) -> None:
+        """The stream ended: publish what is left."""
+        if self.batch and not self.emitted:
+            self.emit()
+        self.cancel()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
