@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what specconsole and its lab need, saying what it installs:
-#   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv
+#   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv,
+#        prometheus (the Prometheus source's tests scrape the lab's exporter doubles)
 #   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx,
 #        prometheus_client, nvidia-ml-py, docker-systemctl-replacement, torch 2.13.0 CPU, pytest, ruff)
 # Safe to run again: it skips what is already there.
@@ -11,6 +12,7 @@ need_apt=()
 [ -x /usr/sbin/sshd ] || command -v sshd >/dev/null 2>&1 || need_apt+=(openssh-server)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
+[ -x /usr/bin/prometheus ] || command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 PY=${PYTHON:-python3}
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -20,7 +22,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 else
-  echo "==> system packages present (openssh-server, tmux)"
+  echo "==> system packages present (openssh-server, tmux, prometheus)"
 fi
 
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
