@@ -15,6 +15,13 @@ GPU ``g`` at tick ``t`` (``int(time / period_s)``, pattern ``wave`` only; ``stat
 * ``DCGM_FI_DEV_POWER_USAGE`` = 100 + h % 400 + g / 10 (three decimals as DCGM prints)
 * ``DCGM_FI_DEV_GPU_TEMP`` = 30 + (h + g) % 50
 
+With ``sglang`` (``--sglang``) every host also gets SGLang's serving series (``sglang:*``, labels
+as SGLang's scheduler sets them plus ``Hostname``, which a real fleet's scrape config adds as a
+target label): what Prometheus holds for a fleet of SGLang servers, for the bench. Host ``h``:
+gen_throughput = 1000 + 10 * h, num_running_reqs = h % 8, num_queue_reqs = h % 3,
+token_usage = (h % 10) / 10, spec_accept_length = 3 + (h % 5) / 2, generation_tokens_total =
+(1000 + 10 * h) * seconds since the double started.
+
 Run: ``python -m specconsole.lab.dcgm_exporter --hosts 200 --gpus 8 --port 9400`` (host names
 ``node-000`` ...; ``--prefix`` changes them). ``GET /metrics`` answers the text; anything else
 404. Prints ``listening on http://127.0.0.1:PORT/metrics`` once it accepts connections.
@@ -28,6 +35,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "NVIDIA H200"
@@ -40,6 +48,20 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+)
+
+
+SGLANG_SERIES: tuple[tuple[str, str, str, Any], ...] = (
+    ("sglang:num_running_reqs", "gauge", "The number of running requests.", lambda h, _t: h % 8),
+    ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
+     lambda h, _t: h % 3),
+    ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).",
+     lambda h, _t: 1000 + 10 * h),
+    ("sglang:token_usage", "gauge", "The token usage.", lambda h, _t: (h % 10) / 10),
+    ("sglang:spec_accept_length", "gauge", "Mean acceptance length of speculative decoding "
+     "(accepted drafts + bonus token per forward).", lambda h, _t: 3 + (h % 5) / 2),
+    ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.",
+     lambda h, t: round((1000 + 10 * h) * t)),
 )
 
 
@@ -72,9 +94,11 @@ class Fleet:
     prefix: str = "node-"
     pattern: str = "static"
     period_s: float = 1.0
+    sglang: bool = False
 
     def __post_init__(self) -> None:
         self._labels = [[self._label_text(h, g) for g in range(self.gpus)] for h in range(self.hosts)]
+        self._started = time.time()
 
     def _label_text(self, h: int, g: int) -> str:
         return (f'gpu="{g}",UUID="{gpu_uuid(self.prefix, h, g)}",'
@@ -96,7 +120,22 @@ class Fleet:
                     v = values[h][g][name]
                     cell = f"{v:.3f}" if name == "DCGM_FI_DEV_POWER_USAGE" else f"{int(v)}"
                     out.append(f"{name}{{{self._labels[h][g]}}} {cell}\n")
+        if self.sglang:
+            out.extend(self._sglang_text())
         return "".join(out)
+
+    def _sglang_text(self) -> list[str]:
+        up = time.time() - self._started
+        out = []
+        for name, kind, help_text, value in SGLANG_SERIES:
+            out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+            for h in range(self.hosts):
+                labels = (f'model_name="Qwen/Qwen3-8B",engine_type="unified",tp_rank="0",'
+                          f'pp_rank="0",Hostname="{host_name(self.prefix, h)}"')
+                if kind == "counter":
+                    labels = f'model_name="Qwen/Qwen3-8B",Hostname="{host_name(self.prefix, h)}"'
+                out.append(f"{name}{{{labels}}} {float(value(h, up))!r}\n")
+        return out
 
 
 def make_server(fleet: Fleet, port: int, address: str = "127.0.0.1") -> ThreadingHTTPServer:
@@ -135,10 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix", default="node-")
     p.add_argument("--pattern", choices=("static", "wave"), default="static")
     p.add_argument("--period-s", type=float, default=1.0)
+    p.add_argument("--sglang", action="store_true", help="also serve sglang:* series per host")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--address", default="127.0.0.1")
     a = p.parse_args(argv)
-    fleet = Fleet(a.hosts, a.gpus, a.prefix, a.pattern, a.period_s)
+    fleet = Fleet(a.hosts, a.gpus, a.prefix, a.pattern, a.period_s, a.sglang)
     try:
         server = make_server(fleet, a.port, a.address)
     except OSError as err:
