@@ -165,9 +165,10 @@ async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
     try:
         def ready() -> bool:
             st = {s.name: s for s in fleet.statuses()}
-            return all(st[h].gpu is not None and st[h].gpu.value.ok for h in lab.host_names) and \
-                st["serve-0"].sglang is not None and \
-                st["serve-0"].sglang.value.state is ServerState.HEALTHY
+            gpus = [st[h].gpu for h in lab.host_names]
+            serve = st["serve-0"].sglang
+            return all(g is not None and g.value.ok for g in gpus) and \
+                serve is not None and serve.value.state is ServerState.HEALTHY
         await wait_for(ready, "GPU samples of every host and serve-0 healthy")
         statuses = {s.name: s for s in fleet.statuses()}
         assert len(statuses) == HOSTS + 1
@@ -203,7 +204,8 @@ async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
             mean = sum(expected(h, g)["DCGM_FI_DEV_GPU_UTIL"] for g in range(GPUS)) / GPUS
             points = history.series(name, "util").values()
             assert len(points) >= 3 and set(points) == {mean}
-            assert history.series(name, "util").first_at < fleet.prometheus.last_ok - 1.0
+            first, last_ok = history.series(name, "util").first_at, fleet.prometheus.last_ok
+            assert first is not None and last_ok is not None and first < last_ok - 1.0
         assert len(history.series("serve-0", "tokens").values()) >= 3
         assert fleet.prometheus.take_history() == {}  # handed over once
     finally:

@@ -30,13 +30,14 @@ Run: ``python -m specconsole.lab.dcgm_exporter --hosts 200 --gpus 8 --port 9400`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 MODEL = "NVIDIA H200"
 DRIVER = "550.90.07"
@@ -140,7 +141,7 @@ class Fleet:
 
 def make_server(fleet: Fleet, port: int, address: str = "127.0.0.1") -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404)
                 return
@@ -151,7 +152,7 @@ def make_server(fleet: Fleet, port: int, address: str = "127.0.0.1") -> Threadin
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer((address, port), Handler)
@@ -186,10 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"listening on http://{a.address}:{server.server_port}/metrics "
           f"({a.hosts} hosts x {a.gpus} GPUs)", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

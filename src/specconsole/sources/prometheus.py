@@ -231,19 +231,19 @@ def _gpu_index(labels: Mapping[str, str]) -> int | None:
 
 
 def _reading(index: int, values: dict[str, float], ident: tuple[str | None, str | None]) -> GpuReading:
-    attrs: dict[str, float | None] = {}
     unavailable: dict[str, str] = {}
     for metric, (attr, smi_field) in DCGM_FIELDS.items():
-        if metric in values:
-            attrs[attr] = values[metric]
-        elif attr != "memory_free_mib":
+        if metric not in values and attr != "memory_free_mib":
             unavailable[smi_field] = f"[{metric} not in Prometheus]"
-    used, free = attrs.get("memory_used_mib"), attrs.pop("memory_free_mib", None)
+    used, free = values.get("DCGM_FI_DEV_FB_USED"), values.get("DCGM_FI_DEV_FB_FREE")
     total = used + free if used is not None and free is not None else None
     if total is None:
         unavailable["memory.total"] = "[DCGM_FI_DEV_FB_FREE not in Prometheus]"
-    return GpuReading(index=index, uuid=ident[0], name=ident[1], memory_total_mib=total,
-                      unavailable=unavailable, **attrs)
+    return GpuReading(index=index, uuid=ident[0], name=ident[1],
+                      utilization_pct=values.get("DCGM_FI_DEV_GPU_UTIL"),
+                      memory_used_mib=used, memory_total_mib=total,
+                      power_draw_w=values.get("DCGM_FI_DEV_POWER_USAGE"),
+                      temperature_c=values.get("DCGM_FI_DEV_GPU_TEMP"), unavailable=unavailable)
 
 
 def sglang_metrics(answers: list[tuple[str, list[tuple[Labels, float, float]]]],

@@ -172,7 +172,9 @@ class PrometheusPoller:
                 self._failed(str(answer) if isinstance(answer, PrometheusError)
                              else f"Prometheus at {self.url}: {type(answer).__name__}: {answer}")
                 return
-        got = dict(zip(calls, answers, strict=True))
+        got: dict[tuple[str, str], Vector] = {
+            call: answer for call, answer in zip(calls, answers, strict=True)
+            if not isinstance(answer, BaseException)}
         at = time.time()
         if self.gpu_hosts:
             self._publish_gpus(got, calls, at)
@@ -186,7 +188,7 @@ class PrometheusPoller:
                                                      self.cfg.interval_s))
         self._recovered(at)
 
-    def _publish_gpus(self, got: dict[tuple[str, str], Any], calls: list[tuple[str, str]],
+    def _publish_gpus(self, got: dict[tuple[str, str], Vector], calls: list[tuple[str, str]],
                       at: float) -> None:
         values: Vector = got[calls[0]]
         if len(calls) > 1 and calls[1][0] == "labels":
