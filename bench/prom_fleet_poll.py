@@ -63,7 +63,7 @@ def main() -> int:
     p.add_argument("--hosts", type=int, nargs="+", default=[200, 1000])
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--seconds", type=float, default=60.0)
-    p.add_argument("--interval-s", type=float, default=2.0, help="[prometheus] interval_s")
+    p.add_argument("--interval-s", type=float, default=5.0, help="[prometheus] interval_s")
     p.add_argument("--scrape-interval-s", type=float, default=5.0)
     a = p.parse_args()
     if prom_fleet.prometheus_binary() is None:

@@ -50,7 +50,7 @@ sglang.base_url = "http://127.0.0.1:30000"
 def test_config_reads_prometheus_and_refuses_a_source_without_it() -> None:
     c = parse_config(_cfg('[prometheus]\nurl = "http://prom:9090"\nhost_map = { "n7" = "a" }'))
     assert c.prometheus is not None and c.prometheus.host_map == {"n7": "a"}
-    assert c.prometheus.host_label == "Hostname" and c.prometheus.interval_s == 2.0
+    assert c.prometheus.host_label == "Hostname" and c.prometheus.interval_s == 5.0
     assert uses_prometheus(c, c.hosts[0], "gpu") and not uses_prometheus(c, c.hosts[0], "sglang")
     with pytest.raises(ConfigError, match=r"gpu.source: \"prometheus\" needs a \[prometheus\]"):
         parse_config(_cfg())

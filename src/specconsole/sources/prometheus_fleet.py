@@ -94,6 +94,9 @@ class PrometheusPoller:
         self.backfilled = False
         self.polls = 0
         self._told_unknown = False
+        #: a sample is stale once the next poll should have answered (interval + timeout)
+        self.sample_interval = float(self.cfg.interval_s) + float(self.cfg.timeout_s)
+        self.last_poll_s: float | None = None
 
     # -- wiring -----------------------------------------------------------------------------
     def sources_for(self, host: HostConfig) -> dict[str, FedSource]:
@@ -156,6 +159,7 @@ class PrometheusPoller:
     async def poll(self, client: PrometheusClient) -> None:
         """One refresh of every fed host: a few queries, then each host's samples."""
         self.polls += 1
+        started = time.monotonic()
         calls: list[tuple[str, str]] = []
         if self.gpu_hosts:
             calls.append(("gpu", self.queries.gpu_values()))
@@ -172,6 +176,7 @@ class PrometheusPoller:
                 self._failed(str(answer) if isinstance(answer, PrometheusError)
                              else f"Prometheus at {self.url}: {type(answer).__name__}: {answer}")
                 return
+        self.last_poll_s = time.monotonic() - started
         got: dict[tuple[str, str], Vector] = {
             call: answer for call, answer in zip(calls, answers, strict=True)
             if not isinstance(answer, BaseException)}
@@ -185,7 +190,7 @@ class PrometheusPoller:
                 m = found.get(host)
                 error = None if m else missing_sglang_error(host, self.url, self.cfg.host_label)
                 self._publish(host, "sglang", Sample(sglang_snapshot(m, error, at), at,
-                                                     self.cfg.interval_s))
+                                                     self.sample_interval))
         self._recovered(at)
 
     def _publish_gpus(self, got: dict[tuple[str, str], Vector], calls: list[tuple[str, str]],
@@ -208,7 +213,7 @@ class PrometheusPoller:
                 missing = tuple(sorted(seen - indices))
                 if missing:
                     snap = GpuSnapshot(GpuState.OK, snap.gpus, missing=missing, at=at)
-            self._publish(host, "gpu", Sample(snap, at, self.cfg.interval_s))
+            self._publish(host, "gpu", Sample(snap, at, self.sample_interval))
         if fresh_gpu:
             self._labels = None  # a GPU without its UUID/model yet: ask for labels next time
 
@@ -228,10 +233,10 @@ class PrometheusPoller:
         dated = self.last_ok if self.last_ok is not None else self._started
         for host in self.gpu_hosts:
             self._publish(host, "gpu", Sample(GpuSnapshot(GpuState.ERROR, error=why, at=now),
-                                              dated, self.cfg.interval_s))
+                                              dated, self.sample_interval))
         for host in self.sglang_hosts:
             snap = sglang_snapshot(None, why, now, ServerState.ERROR)
-            self._publish(host, "sglang", Sample(snap, dated, self.cfg.interval_s))
+            self._publish(host, "sglang", Sample(snap, dated, self.sample_interval))
 
     def _recovered(self, at: float) -> None:
         if self.failure is not None:
