@@ -5,13 +5,15 @@ Prometheus (lab.prom_fleet), the console's Fleet reading them for D seconds.
 
 Prints per N: time to the first complete snapshot of every host, the console process's
 CPU-s per minute (the exporter double and Prometheus run in their own processes and are not
-counted), p99 sample age at 1 Hz reads, the poll's mean duration and RSS.
+counted), p99 sample age at 1 Hz reads, CPU per poll, RSS and the machine's load (Prometheus
+answers slowly on a loaded machine: fewer polls, older samples).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import statistics
 import sys
@@ -54,7 +56,7 @@ async def measure(config_path: Path, seconds: float) -> dict[str, float]:
     return {"first_s": first, "cpu_s_per_min": cpu * 60 / seconds,
             "p99_age_s": ages[int(0.99 * (len(ages) - 1))] if ages else float("nan"),
             "median_age_s": statistics.median(ages) if ages else float("nan"),
-            "polls": polls,
+            "polls": polls, "cpu_per_poll_s": cpu / polls if polls else float("nan"),
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -84,7 +86,8 @@ def main() -> int:
         print(f"prometheus path N={n} x {a.gpus} GPUs, interval {a.interval_s:g}s: "
               f"first complete snapshot {r['first_s']:.2f}s, console {r['cpu_s_per_min']:.2f} "
               f"CPU-s/min, sample age p99 {r['p99_age_s']:.2f}s (median {r['median_age_s']:.2f}s), "
-              f"{r['polls']:.0f} polls, RSS {r['rss_mib']:.0f} MiB", flush=True)
+              f"{r['polls']:.0f} polls ({r['cpu_per_poll_s']:.3f} CPU-s each), "
+              f"RSS {r['rss_mib']:.0f} MiB, load average {os.getloadavg()[0]:.0f}", flush=True)
     return 0
 
 
