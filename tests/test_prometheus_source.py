@@ -24,7 +24,15 @@ from specconsole.lab.dcgm_exporter import FB_TOTAL_MIB, MODEL, expected, gpu_uui
 from specconsole.lab.environment import free_port
 from specconsole.monitor import Fleet
 from specconsole.sources.gpu import GpuState
-from specconsole.sources.prometheus import HostNames, Queries, gpu_snapshots, uses_prometheus
+from specconsole.sources.prometheus import (
+    UTIL,
+    HostNames,
+    Queries,
+    gpu_fields,
+    gpu_identities,
+    gpu_snapshots,
+    uses_prometheus,
+)
 from specconsole.sources.sglang import ServerState
 from specconsole.ui.history import History
 
@@ -72,6 +80,7 @@ def test_host_names_follow_label_fallbacks_and_the_map() -> None:
     assert names({"instance": "gpu-node-7:9400"}) == "a"  # instance without its port
     assert names({"Hostname": "other"}) is None and names.unknown == {"other"}
     assert "by (__name__, Hostname, hostname, instance, gpu)" in Queries().gpu_values()
+    assert Queries("node").gpu_util() == "max by (node, hostname, instance, gpu) (DCGM_FI_DEV_GPU_UTIL)"
 
 
 def test_gpu_snapshots_convert_dcgm_vectors() -> None:
@@ -79,11 +88,16 @@ def test_gpu_snapshots_convert_dcgm_vectors() -> None:
     assert c.prometheus is not None
     names = HostNames(c.prometheus, c.hosts)
     lab = {"Hostname": "a", "gpu": "1"}
-    values = [({**lab, "__name__": "DCGM_FI_DEV_GPU_UTIL"}, 1.0, 40.0),
-              ({**lab, "__name__": "DCGM_FI_DEV_FB_USED"}, 1.0, 1000.0),
-              ({**lab, "__name__": "DCGM_FI_DEV_FB_FREE"}, 1.0, 3000.0)]
-    labels = [({**lab, "UUID": "GPU-x", "modelName": "NVIDIA H200"}, 1.0, 1.0)]
-    snap = gpu_snapshots(values, labels, names, 5.0)["a"]
+    util = gpu_fields([(lab, 1.0, 40.0), ({"Hostname": "a", "gpu": "2"}, 1.0, 7.0)], names, UTIL)
+    detail = gpu_fields([({**lab, "__name__": "DCGM_FI_DEV_FB_USED"}, 1.0, 1000.0),
+                         ({**lab, "__name__": "DCGM_FI_DEV_FB_FREE"}, 1.0, 3000.0),
+                         ({"Hostname": "gone", "gpu": "0", "__name__": "DCGM_FI_DEV_FB_USED"}, 1.0,
+                          1.0)], names)
+    ident = gpu_identities([({**lab, "UUID": "GPU-x", "modelName": "NVIDIA H200"}, 1.0, 1.0)], names)
+    snaps = gpu_snapshots(util, detail, ident, 5.0)
+    assert list(snaps) == ["a"]  # a GPU is there while it has a utilization series
+    snap = snaps["a"]
+    assert [g.index for g in snap.gpus] == [1, 2] and snap.gpus[1].memory_used_mib is None
     g = snap.gpus[0]
     assert snap.state is GpuState.OK and g.index == 1 and g.uuid == "GPU-x"
     assert g.name == "NVIDIA H200" and g.utilization_pct == 40.0 and g.memory_total_mib == 4000.0

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import msgspec
 
 from specconsole.config import Config, HostConfig, PrometheusConfig
 from specconsole.errors import SpecConsoleError
@@ -36,6 +37,7 @@ DCGM_FIELDS: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_POWER_USAGE": ("power_draw_w", "power.draw"),
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", "temperature.gpu"),
 }
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
 #: The SGLang series the console reads and how ranks/models are combined per host.
 SGLANG_SUM = ("gen_throughput", "num_running_reqs", "num_queue_reqs", "generation_tokens_total",
               "prompt_tokens_total", "spec_verify_calls_total", "num_requests_total")
@@ -45,6 +47,27 @@ SGLANG_MAX = ("token_usage",)
 RATE_WINDOW = "1m"
 
 Labels = dict[str, str]
+
+
+class _Series(msgspec.Struct):
+    metric: dict[str, str]
+    value: tuple[float, str] = (0.0, "NaN")
+    values: list[tuple[float, str]] = []
+
+
+class _Data(msgspec.Struct):
+    resultType: str  # noqa: N815 (the API's name)
+    result: list[_Series] = []
+
+
+class _Body(msgspec.Struct):
+    status: str
+    data: _Data | None = None
+    errorType: str = "error"  # noqa: N815
+    error: str = ""
+
+
+_DECODER = msgspec.json.Decoder(_Body)
 
 
 class PrometheusError(SpecConsoleError):
@@ -64,22 +87,18 @@ class PrometheusClient:
 
     async def query(self, expr: str) -> list[tuple[Labels, float, float]]:
         """``/api/v1/query``: ``(labels, timestamp, value)`` per series of the instant vector."""
-        data = await self._get("/api/v1/query", {"query": expr})
-        out = []
-        for item in _result(data, "vector", self.url, expr):
-            t, v = item["value"]
-            out.append((item["metric"], float(t), float(v)))
-        return out
+        data = await self._get("/api/v1/query", {"query": expr}, "vector")
+        return [(item.metric, item.value[0], float(item.value[1])) for item in data.result]
 
     async def query_range(self, expr: str, start: float, end: float,
                           step: float) -> list[tuple[Labels, list[tuple[float, float]]]]:
         """``/api/v1/query_range``: ``(labels, [(timestamp, value), ...])`` per series."""
         data = await self._get("/api/v1/query_range", {
-            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
-        return [(item["metric"], [(float(t), float(v)) for t, v in item["values"]])
-                for item in _result(data, "matrix", self.url, expr)]
+            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+            "matrix")
+        return [(item.metric, [(t, float(v)) for t, v in item.values]) for item in data.result]
 
-    async def _get(self, path: str, params: dict[str, str]) -> Any:
+    async def _get(self, path: str, params: dict[str, str], kind: str) -> _Data:
         where = f"Prometheus at {self.url}"
         try:
             resp = await self._client.get(path, params=params)
@@ -92,24 +111,17 @@ class PrometheusClient:
         except httpx.HTTPError as err:
             raise PrometheusError(f"{where}: {type(err).__name__}: {_one_line(err)}") from None
         try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
+            body = _DECODER.decode(resp.content)
+        except (msgspec.DecodeError, msgspec.ValidationError):
             raise PrometheusError(f"{where} answered HTTP {resp.status_code} that is not the "
-                                  "Prometheus API — check [prometheus] url")
-        if body.get("status") != "success":
+                                  "Prometheus API — check [prometheus] url") from None
+        if body.status != "success":
             raise PrometheusError(f"{where} refused a query (HTTP {resp.status_code}, "
-                                  f"{body.get('errorType', 'error')}): {_one_line(body.get('error', ''))}")
-        return body.get("data")
-
-
-def _result(data: Any, kind: str, url: str, expr: str) -> list[dict[str, Any]]:
-    if not isinstance(data, dict) or data.get("resultType") != kind:
-        got = data.get("resultType") if isinstance(data, dict) else type(data).__name__
-        raise PrometheusError(f"Prometheus at {url} answered a {got} for {expr!r}, not a {kind}")
-    result = data.get("result")
-    return result if isinstance(result, list) else []
+                                  f"{body.errorType}): {_one_line(body.error)}")
+        if body.data is None or body.data.resultType != kind:
+            got = body.data.resultType if body.data is not None else "nothing"
+            raise PrometheusError(f"{where} answered a {got} for {params['query']!r}, not a {kind}")
+        return body.data
 
 
 def _one_line(value: object) -> str:
@@ -128,8 +140,13 @@ class Queries:
         labels = dict.fromkeys((self.host_label, "hostname", "instance"))
         return ", ".join(labels)
 
+    def gpu_util(self) -> str:
+        """Utilization of every GPU: asked every refresh."""
+        return f"max by ({self.by_host}, gpu) (DCGM_FI_DEV_GPU_UTIL)"
+
     def gpu_values(self) -> str:
-        names = "|".join(DCGM_FIELDS)
+        """Memory, power and temperature of every GPU: every ``detail_every`` refreshes."""
+        names = "|".join(n for n in DCGM_FIELDS if n != UTIL)
         return f'max by (__name__, {self.by_host}, gpu) ({{__name__=~"{names}"}})'
 
     def gpu_labels(self) -> str:
@@ -170,22 +187,22 @@ class HostNames:
             self._index[h.name] = h.name
         self._index.update(cfg.host_map)
         self.unknown: set[str] = set()
-
-    def prom_name(self, labels: Mapping[str, str]) -> str | None:
-        for key in (self.label, "hostname"):
-            if labels.get(key):
-                return labels[key]
-        return labels.get("instance") or None
+        self._resolved: dict[str, str | None] = {}
 
     def __call__(self, labels: Mapping[str, str]) -> str | None:
-        name = self.prom_name(labels)
-        if name is None:
+        name = labels.get(self.label) or labels.get("hostname") or labels.get("instance")
+        if not name:
             return None
+        try:
+            return self._resolved[name]
+        except KeyError:
+            pass
         found = self._index.get(name)
-        if found is None and "instance" not in (self.label, "hostname") and name == labels.get("instance"):
+        if found is None and name == labels.get("instance"):  # "host:port": try the host
             found = self._index.get(name.rsplit(":", 1)[0].strip("[]"))
         if found is None:
             self.unknown.add(name)
+        self._resolved[name] = found
         return found
 
 
@@ -204,23 +221,45 @@ def uses_prometheus(config: Config, host: HostConfig, kind: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ conversion
-def gpu_snapshots(values: list[tuple[Labels, float, float]], labels: list[tuple[Labels, float, float]],
-                  names: HostNames, at: float) -> dict[str, GpuSnapshot]:
-    """One :class:`GpuSnapshot` per console host that has DCGM series (others are absent)."""
-    fields: dict[str, dict[int, dict[str, float]]] = {}
+GpuFields = dict[str, dict[int, dict[str, float]]]
+GpuIdentities = dict[tuple[str, int], tuple[str | None, str | None]]
+
+
+def gpu_fields(values: list[tuple[Labels, float, float]], names: HostNames,
+               metric_name: str | None = None) -> GpuFields:
+    """``{host: {gpu index: {DCGM field: value}}}`` from a vector (``metric_name`` names the
+    field when the series carry no ``__name__``)."""
+    fields: GpuFields = {}
     for metric, _t, value in values:
         host, index = names(metric), _gpu_index(metric)
         if host is None or index is None or math.isnan(value):
             continue
-        fields.setdefault(host, {}).setdefault(index, {})[metric.get("__name__", "")] = value
-    ident: dict[tuple[str, int], tuple[str | None, str | None]] = {}
+        name = metric_name or metric.get("__name__", "")
+        fields.setdefault(host, {}).setdefault(index, {})[name] = value
+    return fields
+
+
+def gpu_identities(labels: list[tuple[Labels, float, float]], names: HostNames) -> GpuIdentities:
+    """``{(host, gpu index): (UUID, modelName)}`` from the labels query."""
+    ident: GpuIdentities = {}
     for metric, _t, _v in labels:
         host, index = names(metric), _gpu_index(metric)
         if host is not None and index is not None:
             ident[(host, index)] = (metric.get("UUID") or None, metric.get("modelName") or None)
+    return ident
+
+
+def gpu_snapshots(util: GpuFields, detail: GpuFields, ident: GpuIdentities,
+                  at: float) -> dict[str, GpuSnapshot]:
+    """One :class:`GpuSnapshot` per console host with utilization series (the GPUs present);
+    ``detail`` adds memory, power and temperature, ``ident`` UUID and model."""
     out = {}
-    for host, gpus in fields.items():
-        readings = tuple(_reading(i, gpus[i], ident.get((host, i), (None, None))) for i in sorted(gpus))
+    none: dict[int, dict[str, float]] = {}
+    no_id: tuple[str | None, str | None] = (None, None)
+    for host, gpus in util.items():
+        more = detail.get(host, none)
+        readings = tuple(_reading(i, {**more.get(i, {}), **gpus[i]}, ident.get((host, i), no_id))
+                         for i in sorted(gpus))
         out[host] = GpuSnapshot(GpuState.OK, readings, at=at)
     return out
 
@@ -232,9 +271,10 @@ def _gpu_index(labels: Mapping[str, str]) -> int | None:
 
 def _reading(index: int, values: dict[str, float], ident: tuple[str | None, str | None]) -> GpuReading:
     unavailable: dict[str, str] = {}
-    for metric, (attr, smi_field) in DCGM_FIELDS.items():
-        if metric not in values and attr != "memory_free_mib":
-            unavailable[smi_field] = f"[{metric} not in Prometheus]"
+    if len(values) < len(DCGM_FIELDS):
+        for metric, (attr, smi_field) in DCGM_FIELDS.items():
+            if metric not in values and attr != "memory_free_mib":
+                unavailable[smi_field] = f"[{metric} not in Prometheus]"
     used, free = values.get("DCGM_FI_DEV_FB_USED"), values.get("DCGM_FI_DEV_FB_FREE")
     total = used + free if used is not None and free is not None else None
     if total is None:

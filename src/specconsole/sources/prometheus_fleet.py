@@ -31,9 +31,14 @@ from specconsole.sources.gpu import GpuSnapshot, GpuState
 from specconsole.sources.prometheus import (
     HostNames,
     Labels,
+    UTIL,
+    GpuFields,
+    GpuIdentities,
     PrometheusClient,
     PrometheusError,
     Queries,
+    gpu_fields,
+    gpu_identities,
     gpu_snapshots,
     history_points,
     missing_gpu_error,
@@ -46,6 +51,9 @@ from specconsole.sources.sglang import ServerState
 
 #: GPU identity labels (UUID, model) are re-read this often, or when a new GPU shows up.
 LABELS_REFRESH_S = 60.0
+#: Memory, power and temperature are asked every this many polls (utilization every poll): at
+#: 1,000 x 8 GPUs they are 32,000 series, and dcgm-exporter collects every 30 s by default.
+DETAIL_EVERY = 3
 #: Points per plot series fetched by query_range (the UI's history keeps 600).
 HISTORY_POINTS = 600
 EVENT_SOURCE = "prometheus"
@@ -84,8 +92,10 @@ class PrometheusPoller:
         self._latest: dict[tuple[str, str], Sample[Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self._backfill: asyncio.Task[None] | None = None
-        self._labels: Vector | None = None
+        self._ident: GpuIdentities | None = None
         self._labels_at = 0.0
+        self._detail: GpuFields | None = None
+        self._detail_poll = 0
         self._seen_gpus: dict[str, set[int]] = {}
         self._pending_history: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
         self._started = time.time()
@@ -162,8 +172,10 @@ class PrometheusPoller:
         started = time.monotonic()
         calls: list[tuple[str, str]] = []
         if self.gpu_hosts:
-            calls.append(("gpu", self.queries.gpu_values()))
-            if self._labels is None or time.time() - self._labels_at > LABELS_REFRESH_S:
+            calls.append(("util", self.queries.gpu_util()))
+            if self._detail is None or self.polls - self._detail_poll >= DETAIL_EVERY:
+                calls.append(("detail", self.queries.gpu_values()))
+            if self._ident is None or time.time() - self._labels_at > LABELS_REFRESH_S:
                 calls.append(("labels", self.queries.gpu_labels()))
         if self.sglang_hosts:
             calls.extend(self.queries.sglang())
@@ -182,7 +194,7 @@ class PrometheusPoller:
             if not isinstance(answer, BaseException)}
         at = time.time()
         if self.gpu_hosts:
-            self._publish_gpus(got, calls, at)
+            self._publish_gpus({kind: got[(kind, q)] for kind, q in calls}, at)
         if self.sglang_hosts:
             found = sglang_metrics([(agg, got[(agg, q)]) for agg, q in calls
                                     if agg in ("sum", "mean", "max", "rate")], self.names)
@@ -193,12 +205,13 @@ class PrometheusPoller:
                                                      self.sample_interval))
         self._recovered(at)
 
-    def _publish_gpus(self, got: dict[tuple[str, str], Vector], calls: list[tuple[str, str]],
-                      at: float) -> None:
-        values: Vector = got[calls[0]]
-        if len(calls) > 1 and calls[1][0] == "labels":
-            self._labels, self._labels_at = got[calls[1]], time.time()
-        snaps = gpu_snapshots(values, self._labels or [], self.names, at)
+    def _publish_gpus(self, got: dict[str, Vector], at: float) -> None:
+        if "detail" in got:
+            self._detail, self._detail_poll = gpu_fields(got["detail"], self.names), self.polls
+        if "labels" in got:
+            self._ident, self._labels_at = gpu_identities(got["labels"], self.names), time.time()
+        util = gpu_fields(got["util"], self.names, UTIL)  # a GPU is present while it has util
+        snaps = gpu_snapshots(util, self._detail or {}, self._ident or {}, at)
         fresh_gpu = False
         for host in self.gpu_hosts:
             snap = snaps.get(host)
@@ -208,14 +221,14 @@ class PrometheusPoller:
                     host, self.url, self.cfg.host_label), at=at)
             else:
                 indices = {g.index for g in snap.gpus}
-                fresh_gpu |= bool(indices - seen) or any(g.uuid is None for g in snap.gpus)
+                fresh_gpu |= bool(indices - seen)
                 seen |= indices
                 missing = tuple(sorted(seen - indices))
                 if missing:
                     snap = GpuSnapshot(GpuState.OK, snap.gpus, missing=missing, at=at)
             self._publish(host, "gpu", Sample(snap, at, self.sample_interval))
-        if fresh_gpu:
-            self._labels = None  # a GPU without its UUID/model yet: ask for labels next time
+        if fresh_gpu and self.polls > 1:
+            self._ident = self._detail = None  # a new GPU: its UUID, model and memory next time
 
     def _publish(self, host: str, kind: str, sample: Sample[Any]) -> None:
         self._latest[(host, kind)] = sample
