@@ -19,7 +19,6 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import msgspec
@@ -56,14 +55,14 @@ class _Series(msgspec.Struct):
 
 
 class _Data(msgspec.Struct):
-    resultType: str  # noqa: N815 (the API's name)
+    resultType: str
     result: list[_Series] = []
 
 
 class _Body(msgspec.Struct):
     status: str
     data: _Data | None = None
-    errorType: str = "error"  # noqa: N815
+    errorType: str = "error"
     error: str = ""
 
 

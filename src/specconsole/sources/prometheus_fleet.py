@@ -29,11 +29,11 @@ from specconsole.samples import Sample
 from specconsole.sources import Publish
 from specconsole.sources.gpu import GpuSnapshot, GpuState
 from specconsole.sources.prometheus import (
-    HostNames,
-    Labels,
     UTIL,
     GpuFields,
     GpuIdentities,
+    HostNames,
+    Labels,
     PrometheusClient,
     PrometheusError,
     Queries,
