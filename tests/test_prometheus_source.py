@@ -270,3 +270,35 @@ async def test_prometheus_down_marks_fed_hosts_stale_with_the_reason_then_recove
         assert f"Prometheus at {lab.url} answers again" in messages
     finally:
         await fleet.stop()
+
+
+@pytest.mark.lab
+async def test_console_plots_start_with_prometheus_history(
+        prom_lab: tuple[prom_fleet.PromLab, str], tmp_path: Path) -> None:
+    """The TUI reading through Prometheus: GPU rows of every host, plots seeded from query_range
+    with the scrapes from before the console started."""
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.panes import HostPane
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    lab, sim_url = prom_lab
+    await asyncio.to_thread(lab.wait_scraped, 60.0, 4)
+    started = time.time()
+    config = load_config(prom_fleet.write_console_config(
+        tmp_path / "console.toml", lab, interval_s=0.5, history_s=60,
+        serve_hosts={"serve-0": sim_url}))
+    app = ConsoleApp(config, themes=load_themes([BUNDLED_DIR]), handle_signals=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        def seeded() -> bool:
+            series = [app.history.series(n, "util") for n in lab.host_names]
+            rows = [len(app.query_one(f"#host-{n}", HostPane).row_keys) for n in lab.host_names]
+            return all(s.first_at is not None and s.first_at < started - 1.0 for s in series) \
+                and rows == [GPUS] * HOSTS
+        end = time.monotonic() + 45
+        while not seeded():
+            assert time.monotonic() < end, "the plots were not seeded from query_range"
+            await pilot.pause(0.1)
+        for h, name in enumerate(lab.host_names):
+            points = app.history.series(name, "util").values()
+            mean = sum(expected(h, g)["DCGM_FI_DEV_GPU_UTIL"] for g in range(GPUS)) / GPUS
+            assert len(points) >= 3 and points[0] == mean
