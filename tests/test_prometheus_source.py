@@ -117,11 +117,12 @@ def _start_sim(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     (draft / "config.json").write_text('{"architectures": ["DFlashDraftModel"], "block_size": 16}')
     port = free_port()
     env = dict(os.environ, SGLANG_SIM_STARTUP_S="0.2", SGLANG_SIM_STEP_MS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",
-                             "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "DFLASH",
-                             "--speculative-draft-model-path", str(draft), "--enable-metrics",
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=(tmp_path / "sim.err").open("wb"), env=env)
+    with (tmp_path / "sim.err").open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",
+                                 "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm",
+                                 "DFLASH", "--speculative-draft-model-path", str(draft),
+                                 "--enable-metrics", "--port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=err, env=env)
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
