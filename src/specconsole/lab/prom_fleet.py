@@ -4,10 +4,15 @@ process (Debian package ``prometheus``) and a console config pointing at it.
 Used by the Prometheus source's tests and by ``bench/fleet_scale.py``::
 
     from specconsole.lab import prom_fleet
-    lab = prom_fleet.start(workdir, hosts=1000, gpus=8, scrape_interval_s=5)
+    lab = prom_fleet.start(workdir, hosts=1000, gpus=8, scrape_interval_s=5, sglang=True)
+    lab.wait_scraped()                    # Prometheus holds a first scrape of every target
     cfg = prom_fleet.write_console_config(workdir / "console.toml", lab)  # hosts node-000...
     ...                                   # run the console / status against cfg
     lab.stop()
+
+``sglang=True`` makes the double also serve each host's ``sglang:*`` series, so every host
+row has tokens/s; the config's hosts are local serving hosts whose GPUs and SGLang metrics
+both come from Prometheus (nothing per host runs in the console).
 
 Everything listens on 127.0.0.1 at free ports; Prometheus keeps its TSDB in ``workdir``.
 ``lab.stop_prometheus()`` / ``lab.start_prometheus()`` take it down and bring it back on the
