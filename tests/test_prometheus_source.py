@@ -66,6 +66,8 @@ def test_config_reads_prometheus_and_refuses_a_source_without_it() -> None:
         parse_config(_cfg('[prometheus]\nurl = "prom:9090"'))
     with pytest.raises(ConfigError, match=r"prometheus.host_map.n7: must be a console host name"):
         parse_config(_cfg('[prometheus]\nurl = "http://p:1"\nhost_map = { "n7" = 3 }'))
+    with pytest.raises(ConfigError, match=r"prometheus.host_label: not a Prometheus label name"):
+        parse_config(_cfg('[prometheus]\nurl = "http://p:1"\nhost_label = "host-name"'))
     every = parse_config(_cfg('[prometheus]\nurl = "http://p:1"\nall_hosts = true', gpu="auto"))
     assert uses_prometheus(every, every.hosts[0], "gpu")
     assert uses_prometheus(every, every.hosts[0], "sglang")

@@ -161,6 +161,11 @@ def _parse_prometheus(r: _Reader, raw: Any) -> PrometheusConfig:
                          f'write "{k}" = "console-host-name"')
     prom = r.build(PrometheusConfig, data, "prometheus", host_map=dict(host_map))
     _check_base_url(r, "prometheus.url", prom.url)
+    import re
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prom.host_label):
+        raise r.fail("prometheus.host_label", f"not a Prometheus label name: {prom.host_label!r}",
+                     'use letters, digits and _, e.g. host_label = "Hostname"')
     return prom
 
 
