@@ -184,7 +184,8 @@ async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
             st = {s.name: s for s in fleet.statuses()}
             gpus = [st[h].gpu for h in lab.host_names]
             serve = st["serve-0"].sglang
-            return all(g is not None and g.value.ok for g in gpus) and \
+            return all(g is not None and g.value.ok and g.value.gpus[0].uuid is not None
+                       and g.value.gpus[0].memory_used_mib is not None for g in gpus) and \
                 serve is not None and serve.value.state is ServerState.HEALTHY
         await wait_for(ready, "GPU samples of every host and serve-0 healthy")
         statuses = {s.name: s for s in fleet.statuses()}

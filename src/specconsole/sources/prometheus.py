@@ -248,17 +248,19 @@ def gpu_identities(labels: list[tuple[Labels, float, float]], names: HostNames) 
     return ident
 
 
-def gpu_snapshots(util: GpuFields, detail: GpuFields, ident: GpuIdentities,
+def gpu_snapshots(util: GpuFields, detail: GpuFields | None, ident: GpuIdentities,
                   at: float) -> dict[str, GpuSnapshot]:
     """One :class:`GpuSnapshot` per console host with utilization series (the GPUs present);
-    ``detail`` adds memory, power and temperature, ``ident`` UUID and model."""
+    ``detail`` adds memory, power and temperature (None: not asked yet), ``ident`` UUID and
+    model."""
     out = {}
     none: dict[int, dict[str, float]] = {}
     no_id: tuple[str | None, str | None] = (None, None)
+    why = "not in Prometheus" if detail is not None else "not read yet"
     for host, gpus in util.items():
-        more = detail.get(host, none)
-        readings = tuple(_reading(i, {**more.get(i, {}), **gpus[i]}, ident.get((host, i), no_id))
-                         for i in sorted(gpus))
+        more = detail.get(host, none) if detail is not None else none
+        readings = tuple(_reading(i, {**more.get(i, {}), **gpus[i]}, ident.get((host, i), no_id),
+                                  why) for i in sorted(gpus))
         out[host] = GpuSnapshot(GpuState.OK, readings, at=at)
     return out
 
@@ -268,16 +270,17 @@ def _gpu_index(labels: Mapping[str, str]) -> int | None:
     return int(gpu) if gpu.isdigit() else None
 
 
-def _reading(index: int, values: dict[str, float], ident: tuple[str | None, str | None]) -> GpuReading:
+def _reading(index: int, values: dict[str, float], ident: tuple[str | None, str | None],
+             why: str = "not in Prometheus") -> GpuReading:
     unavailable: dict[str, str] = {}
     if len(values) < len(DCGM_FIELDS):
         for metric, (attr, smi_field) in DCGM_FIELDS.items():
             if metric not in values and attr != "memory_free_mib":
-                unavailable[smi_field] = f"[{metric} not in Prometheus]"
+                unavailable[smi_field] = f"[{metric} {why}]"
     used, free = values.get("DCGM_FI_DEV_FB_USED"), values.get("DCGM_FI_DEV_FB_FREE")
     total = used + free if used is not None and free is not None else None
     if total is None:
-        unavailable["memory.total"] = "[DCGM_FI_DEV_FB_FREE not in Prometheus]"
+        unavailable["memory.total"] = f"[DCGM_FI_DEV_FB_FREE {why}]"
     return GpuReading(index=index, uuid=ident[0], name=ident[1],
                       utilization_pct=values.get("DCGM_FI_DEV_GPU_UTIL"),
                       memory_used_mib=used, memory_total_mib=total,

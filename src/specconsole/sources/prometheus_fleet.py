@@ -149,6 +149,8 @@ class PrometheusPoller:
                          EVENT_SOURCE)
         try:
             next_at = time.monotonic()
+            if self.gpu_hosts:  # the first samples fast: utilization and SGLang, then the rest
+                await self.poll(client, detail=False)
             while True:
                 await self.poll(client)
                 if not self.backfilled and self.failure is None and self.cfg.history_s > 0 \
@@ -166,16 +168,18 @@ class PrometheusPoller:
                     await self._backfill
             await client.aclose()
 
-    async def poll(self, client: PrometheusClient) -> None:
-        """One refresh of every fed host: a few queries, then each host's samples."""
+    async def poll(self, client: PrometheusClient, *, detail: bool = True) -> None:
+        """One refresh of every fed host: a few queries, then each host's samples.
+        ``detail=False`` skips memory, power, temperature and GPU identities (the first poll,
+        so that the first samples come fast)."""
         self.polls += 1
         started = time.monotonic()
         calls: list[tuple[str, str]] = []
         if self.gpu_hosts:
             calls.append(("util", self.queries.gpu_util()))
-            if self._detail is None or self.polls - self._detail_poll >= DETAIL_EVERY:
+            if detail and (self._detail is None or self.polls - self._detail_poll >= DETAIL_EVERY):
                 calls.append(("detail", self.queries.gpu_values()))
-            if self._ident is None or time.time() - self._labels_at > LABELS_REFRESH_S:
+            if detail and (self._ident is None or time.time() - self._labels_at > LABELS_REFRESH_S):
                 calls.append(("labels", self.queries.gpu_labels()))
         if self.sglang_hosts:
             calls.extend(self.queries.sglang())
@@ -211,7 +215,7 @@ class PrometheusPoller:
         if "labels" in got:
             self._ident, self._labels_at = gpu_identities(got["labels"], self.names), time.time()
         util = gpu_fields(got["util"], self.names, UTIL)  # a GPU is present while it has util
-        snaps = gpu_snapshots(util, self._detail or {}, self._ident or {}, at)
+        snaps = gpu_snapshots(util, self._detail, self._ident or {}, at)
         fresh_gpu = False
         for host in self.gpu_hosts:
             snap = snaps.get(host)
