@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what specconsole and its lab need, saying what it installs:
 #   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv,
-#        sudo (the lab's deploy as a non-root user through sudo)
+#        sudo (the lab's deploy as a non-root user through sudo),
+#        prometheus (the Prometheus source's tests scrape the lab's exporter doubles)
 #   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx,
 #        prometheus_client, nvidia-ml-py, docker-systemctl-replacement, torch 2.13.0 CPU, pytest, ruff)
 # Safe to run again: it skips what is already there.
@@ -13,6 +14,7 @@ need_apt=()
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v sudo >/dev/null 2>&1 || [ -x /usr/bin/sudo ] || need_apt+=(sudo)
 command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
+[ -x /usr/bin/prometheus ] || command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 PY=${PYTHON:-python3}
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -22,7 +24,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 else
-  echo "==> system packages present (openssh-server, tmux, sudo)"
+  echo "==> system packages present (openssh-server, tmux, sudo, prometheus)"
 fi
 
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {

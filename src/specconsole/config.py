@@ -20,7 +20,8 @@ from specconsole.errors import ConfigError
 
 Role = Literal["train", "serve", "both"]
 ROLES: tuple[str, ...] = ("train", "serve", "both")
-GPU_SOURCES: tuple[str, ...] = ("auto", "nvidia-smi", "nvml", "none")
+GPU_SOURCES: tuple[str, ...] = ("auto", "nvidia-smi", "nvml", "prometheus", "none")
+SGLANG_SOURCES: tuple[str, ...] = ("auto", "http", "prometheus")
 LOG_FORMATS: tuple[str, ...] = ("auto", "json", "kv", "tqdm", "regex")
 
 DEFAULT_CONFIG_ENV = "SPECCONSOLE_CONFIG"
@@ -91,6 +92,9 @@ class SglangConfig:
     timeout_s: float = _num(3.0, gt=0, why="0 would fail every request")
     draft_model_path: str | None = None
     api_key: str | None = None
+    #: where the metrics come from: "http" polls base_url; "prometheus" reads the [prometheus]
+    #: server; "auto" is "prometheus" when [prometheus] all_hosts = true, else "http".
+    source: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -128,12 +132,54 @@ class ConsoleSettings:
     state_dir: str = field(default_factory=lambda: str(paths.state_dir()))
 
 
+# --- [prometheus] (issue 13): self-contained so it ports as one block ----------------------
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """A Prometheus server that scrapes the fleet (DCGM exporter, SGLang ``/metrics``).
+
+    A host reads its GPUs from it with ``gpu.source = "prometheus"`` and its SGLang metrics with
+    ``sglang.source = "prometheus"``; ``all_hosts = true`` makes both the default for every host
+    whose source is "auto". SSH stays for logs, kill and deploy.
+    """
+
+    url: str
+    #: the label naming the host on DCGM/SGLang series; "hostname", then "instance" (its host
+    #: part) are tried when a series lacks it.
+    host_label: str = "Hostname"
+    #: Prometheus host name -> console host name, for names that differ.
+    host_map: dict[str, str] = field(default_factory=dict)
+    all_hosts: bool = False
+    #: DCGM exporter collects every 30 s by default and fleets scrape every 15-30 s: polling
+    #: faster shows nothing new (and a 1,000-host fleet's answer is ~5 MB).
+    interval_s: float = _num(5.0, gt=0, why="it is the time between two fleet queries")
+    timeout_s: float = _num(5.0, gt=0, why="0 would fail every query")
+    history_s: float = _num(3600.0, ge=0, why="how far back the plots start; 0: no history")
+
+
+def _parse_prometheus(r: _Reader, raw: Any) -> PrometheusConfig:
+    data = dict(r.table(raw, "prometheus"))
+    host_map = r.table(data.pop("host_map", {}), "prometheus.host_map")
+    for k, v in host_map.items():
+        if not isinstance(v, str) or not v:
+            raise r.fail(f"prometheus.host_map.{k}", f"must be a console host name, got {v!r}",
+                         f'write "{k}" = "console-host-name"')
+    prom = r.build(PrometheusConfig, data, "prometheus", host_map=dict(host_map))
+    _check_base_url(r, "prometheus.url", prom.url)
+    import re
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prom.host_label):
+        raise r.fail("prometheus.host_label", f"not a Prometheus label name: {prom.host_label!r}",
+                     'use letters, digits and _, e.g. host_label = "Hostname"')
+    return prom
+
+
 @dataclass(frozen=True)
 class Config:
     path: str
     hosts: tuple[HostConfig, ...]
     console: ConsoleSettings = field(default_factory=ConsoleSettings)
     keys: dict[str, str] = field(default_factory=dict)
+    prometheus: PrometheusConfig | None = None
 
     def host(self, name: str) -> HostConfig:
         for h in self.hosts:
@@ -263,10 +309,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     r = _Reader(path)
-    unknown = set(data) - {"console", "ssh", "hosts", "keys"}
+    unknown = set(data) - {"console", "ssh", "hosts", "keys", "prometheus"}
     if unknown:
         key = sorted(unknown)[0]
-        raise r.fail(key, "unknown top-level key", "allowed: [console], [ssh], [keys], [[hosts]]")
+        raise r.fail(key, "unknown top-level key",
+                     "allowed: [console], [ssh], [keys], [prometheus], [[hosts]]")
+    prometheus = _parse_prometheus(r, data["prometheus"]) if "prometheus" in data else None
     console = r.build(ConsoleSettings, r.table(data.get("console", {}), "console"), "console")
     ssh_defaults = r.build(SshSettings, r.table(data.get("ssh", {}), "ssh"), "ssh")
     keys_raw = r.table(data.get("keys", {}), "keys")
@@ -285,7 +333,23 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         if hosts[-1].name in seen:
             raise r.fail(f"hosts[{i}].name", f"duplicate host name {hosts[-1].name!r}", "give every host a unique name")
         seen.add(hosts[-1].name)
-    return Config(path=path, hosts=tuple(hosts), console=console, keys=dict(keys_raw))
+        _check_prometheus_use(r, hosts[-1], i, prometheus)
+    return Config(path=path, hosts=tuple(hosts), console=console, keys=dict(keys_raw),
+                  prometheus=prometheus)
+
+
+def _check_prometheus_use(r: _Reader, host: HostConfig, i: int,
+                          prometheus: PrometheusConfig | None) -> None:
+    """A host may only ask for Prometheus readings when a [prometheus] server is configured."""
+    if prometheus is not None:
+        return
+    prefix = f"hosts[{i}] ({host.name})"
+    if host.gpu.source == "prometheus":
+        raise r.fail(f"{prefix}.gpu.source", "\"prometheus\" needs a [prometheus] section",
+                     'add [prometheus] with url = "http://prometheus:9090"')
+    if host.sglang is not None and host.sglang.source == "prometheus":
+        raise r.fail(f"{prefix}.sglang.source", "\"prometheus\" needs a [prometheus] section",
+                     'add [prometheus] with url = "http://prometheus:9090"')
 
 
 def _parse_host(r: _Reader, h: dict[str, Any], i: int, ssh_defaults: SshSettings) -> HostConfig:
@@ -320,6 +384,7 @@ def _parse_host(r: _Reader, h: dict[str, Any], i: int, ssh_defaults: SshSettings
     if "sglang" in subtables:
         sglang = r.build(SglangConfig, subtables["sglang"], f"{prefix}.sglang")
         _check_base_url(r, f"{prefix}.sglang.base_url", sglang.base_url)
+        _choice(r, f"{prefix}.sglang.source", sglang.source, SGLANG_SOURCES)
     host = r.build(HostConfig, h, prefix, ssh=ssh, gpu=gpu, training=training, sglang=sglang)
     _choice(r, f"{prefix}.role", host.role, ROLES)
     _choice(r, f"{prefix}.connect", host.connect, ("local", "ssh"))

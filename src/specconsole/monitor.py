@@ -65,8 +65,9 @@ class HostMonitor:
     """Runs one host's connection and sources; holds their latest samples."""
 
     def __init__(self, config: HostConfig, host: Host | None = None,
-                 events: EventLog | None = None) -> None:
+                 events: EventLog | None = None, prometheus: Any = None) -> None:
         self.config = config
+        self.prometheus = prometheus  # a PrometheusPoller feeding this host's gpu/sglang, or None
         self.host = host or make_host(config)
         self.events = events or EventLog()
         self._last_state: ConnState | None = None
@@ -81,10 +82,13 @@ class HostMonitor:
         from specconsole.sources.gpu import make_gpu_source
 
         sources: dict[str, Any] = {}
-        gpu = make_gpu_source(self.host, self.config.gpu)
+        fed = self.prometheus.sources_for(self.config) if self.prometheus is not None else {}
+        gpu = fed.get("gpu") or make_gpu_source(self.host, self.config.gpu)
         if gpu is not None:
             sources["gpu"] = gpu
-        if self.config.serves and self.config.sglang:
+        if "sglang" in fed:
+            sources["sglang"] = fed["sglang"]
+        elif self.config.serves and self.config.sglang:
             from specconsole.sources.sglang import SglangSource
 
             sources["sglang"] = SglangSource(self.host, self.config.sglang)
@@ -182,7 +186,11 @@ class Fleet:
     def __init__(self, config: Config, events: EventLog | None = None) -> None:
         self.config = config
         self.events = events or EventLog()
-        self.monitors = {h.name: HostMonitor(h, events=self.events) for h in config.hosts}
+        from specconsole.sources.prometheus_fleet import make_poller
+
+        self.prometheus = make_poller(config, self.events)  # None without [prometheus]
+        self.monitors = {h.name: HostMonitor(h, events=self.events, prometheus=self.prometheus)
+                         for h in config.hosts}
 
     def subscribe(self, listener: ChangeListener) -> None:
         for m in self.monitors.values():

@@ -60,7 +60,7 @@ def make_gpu_source(host: Host, cfg: GpuConfig) -> GpuSource | None:
     :class:`LocalHost` where ``nvmlInit`` works, else nvidia-smi.
     """
     source = cfg.source
-    if source == "none":
+    if source in ("none", "prometheus"):  # "prometheus": the fleet's PrometheusPoller feeds it
         return None
     if source == "nvml":
         if not isinstance(host, LocalHost):

@@ -366,6 +366,9 @@ class ConsoleApp(App[int]):
             return
         now = self.clock()
         statuses = self.statuses()
+        prometheus = getattr(self.fleet, "prometheus", None)  # plots' history from query_range
+        if prometheus is not None:
+            self.history.seed(prometheus.take_history())
         for s in statuses.values():
             self.history.record(s)
         view = View(now=now, palette=self.palette, history=self.history)

@@ -15,12 +15,24 @@ class Series:
     def __init__(self, keep: int = KEEP) -> None:
         self.points: deque[float | None] = deque(maxlen=keep)
         self.last_at: float | None = None
+        self.first_at: float | None = None
 
     def add(self, at: float, value: float | None) -> None:
         if self.last_at is not None and at <= self.last_at:
             return  # the same sample seen again by another redraw
         self.last_at = at
+        self.first_at = at if self.first_at is None else self.first_at
         self.points.append(value)
+
+    def prepend(self, points: Iterable[tuple[float, float | None]]) -> None:
+        """Earlier ``(at, value)`` points (a history from Prometheus) before the recorded ones."""
+        first = self.first_at
+        older = [(at, v) for at, v in points if first is None or at < first]
+        if not older:
+            return
+        self.points = deque([v for _at, v in older] + list(self.points), maxlen=self.points.maxlen)
+        self.first_at = older[0][0]
+        self.last_at = older[-1][0] if self.last_at is None else self.last_at
 
     def extend(self, values: Iterable[float | None]) -> None:
         self.points.extend(values)
@@ -65,6 +77,11 @@ class History:
         if key not in self._series:
             self._series[key] = Series(self.keep)
         return self._series[key]
+
+    def seed(self, points: dict[tuple[str, str], list[tuple[float, float | None]]]) -> None:
+        """Histories from before the console started: ``{(host, kind): [(at, value), ...]}``."""
+        for (host, kind), pts in points.items():
+            self.series(host, kind).prepend(pts)
 
     def record(self, status: HostStatus) -> None:
         if status.gpu is not None and getattr(status.gpu.value, "gpus", ()):
