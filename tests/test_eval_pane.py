@@ -16,8 +16,8 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable, SelectionList, Static
 
 from specconsole.eval.cli import start_eval
-from specconsole.eval.simlab import SimServer, dflash_draft_dir
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
+from specconsole.lab.simlab import SimServer, dflash_draft_dir
 from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from specconsole import paths
+from specconsole.errors import ConfigError
 from specconsole.lab.environment import Lab, LabOptions
 
 HOSTS_ONLY = LabOptions(trainer=False, sglang=False)
@@ -184,8 +186,9 @@ def test_a_fresh_lab_starts_from_a_clean_unit_and_no_old_training_log(tmp_path: 
 
 
 def test_lab_status_and_the_console_find_the_demos_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`specconsole demo` keeps its lab in its own folder; `lab status` and a config-less
-    command look there too (they said "running: false" while the demo ran)."""
+    """`specconsole demo` keeps its lab in its own folder; `lab status` looks there too (it said
+    "running: false" while the demo ran). A config-less console command does not pick the lab
+    silently: one line names where it looked and points at `specconsole demo` / --config."""
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k not in ("SPECCONSOLE_LAB_DIR", "SPECCONSOLE_CONFIG")}
     env["HOME"] = str(home)
@@ -202,7 +205,10 @@ def test_lab_status_and_the_console_find_the_demos_lab(tmp_path: Path, monkeypat
         monkeypatch.setenv("HOME", str(home))
         monkeypatch.delenv("SPECCONSOLE_LAB_DIR", raising=False)
         monkeypatch.delenv("SPECCONSOLE_CONFIG", raising=False)
-        assert resolve_config_path(None) == str(demo.config_path)
+        with pytest.raises(ConfigError) as err:
+            resolve_config_path(None)
+        assert "--config FILE" in str(err.value) and "specconsole demo" in str(err.value)
+        assert str(paths.default_config_file()) in str(err.value)
     finally:
         demo.down()
     res = subprocess.run([sys.executable, "-m", "specconsole", "lab", "status"], capture_output=True,

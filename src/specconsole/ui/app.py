@@ -466,10 +466,11 @@ class ConsoleApp(App[int]):
     async def _start_eval(self, emit: Callable[[Any], None], on_result: Callable[[Any], None]) -> Any:
         """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
         from specconsole.actions.steps import audit
-        from specconsole.eval.cli import start_eval
+        from specconsole.eval.start import start_eval
         from specconsole.ui.flows import serving_state
 
         serve = self.config.serve_hosts[0].name if self.config.serve_hosts else ""
+        monitor = getattr(self.fleet, "monitors", {}).get(serve)  # its connection carries the tunnel
         panel = self.open_action("eval", "Eval run", serve, scroll_to="eval",
                                  state=(lambda: serving_state(self, serve)) if serve else None)
 
@@ -478,7 +479,8 @@ class ConsoleApp(App[int]):
             self.action_emit(event)
 
         try:
-            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result)
+            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result,
+                                    connection=monitor.host if monitor is not None else None)
         except Exception as err:
             if panel.track is not None and panel.track.action == "eval" and not panel.track.finished:
                 self.action_emit(StepEvent("eval", "failed", str(err).splitlines()[0] if str(err) else repr(err)))
