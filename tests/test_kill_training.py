@@ -20,6 +20,7 @@ from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.procs import alive, children
 
 
 @pytest.fixture
@@ -33,18 +34,6 @@ def train_lab(tmp_path: Path) -> Iterator[Lab]:
         lab.down()
 
 
-def children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d.name))
-            except (OSError, IndexError):
-                pass
-    return out
-
-
 def wait_workers(lab: Lab, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -54,15 +43,6 @@ def wait_workers(lab: Lab, timeout: float = 90) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("the lab's torchrun job did not start its 2 workers")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]

@@ -17,30 +17,9 @@ import pytest
 from specconsole import paths
 from specconsole.errors import ConfigError
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.procs import alive, start_time
 
 HOSTS_ONLY = LabOptions(trainer=False, sglang=False)
-
-
-def start_time(pid: int) -> int | None:
-    """/proc/PID/stat field 22: clock ticks after boot."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def ssh(lab: Lab, host: str, command: str) -> subprocess.Popen[bytes]:

@@ -14,16 +14,10 @@ import httpx
 import pytest
 
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.procs import alive
 
 GUARDED = LabOptions(trainer_step_seconds=0.25, trainer_steps_per_epoch=500, sglang_startup_s=1.0,
                      sglang_load_rps=1.0, gpu_interval_s=0.5, sglang_interval_s=0.5)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_job(lab: Lab, timeout: float = 120) -> None:

@@ -33,6 +33,7 @@ import pytest
 
 from specconsole.lab.environment import Lab
 from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.procs import alive, sessions, with_environ
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -61,46 +62,9 @@ class Tmux:
         subprocess.run([*self.base, "kill-server"], capture_output=True, check=False)
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def marked(mark: str) -> list[int]:
     """Live processes whose environment carries this run's marker (the console and its children)."""
-    needle = f"SPECCONSOLE_EXIT_MARK={mark}".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if needle in (d / "environ").read_bytes() and alive(int(d.name)):
-                    found.append(int(d.name))
-            except OSError:
-                pass
-    return found
-
-
-def remote_sessions(lab: Lab) -> list[int]:
-    """Live processes under the lab's sshds: a session per connection and each stream's commands."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    found: list[int] = []
-    todo = [h.sshd_pid for h in lab.state.hosts.values() if h.sshd_pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            if alive(child):
-                found.append(child)
-            todo.append(child)
-    return found
+    return with_environ(f"SPECCONSOLE_EXIT_MARK={mark}".encode())
 
 
 def connected_hosts(audit: Path) -> set[str]:
@@ -154,10 +118,10 @@ def test_console_leaves_within_bound_and_leaves_nothing(lab_hosts: Lab, tmux: Tm
             return len(connected_hosts(audit))
 
         ready = wait(lambda: alive(pid) and frame.exists() and connected() == HOSTS and len(marked(mark)) >= 3
-                     and len(remote_sessions(lab_hosts)) >= HOSTS, 150, 0.5)
+                     and len(sessions(lab_hosts)) >= HOSTS, 150, 0.5)
         assert ready, (f"console not running with every host: alive={alive(pid)}, frame={frame.exists()}, "
                        f"connected={connected()}, "
-                       f"children={len(marked(mark)) - 1}, remote={len(remote_sessions(lab_hosts))}\n"
+                       f"children={len(marked(mark)) - 1}, remote={len(sessions(lab_hosts))}\n"
                        + tmux("capture-pane", "-p", "-t", "c", check=False))
         t0 = time.monotonic()
         if how == "q":
@@ -176,8 +140,8 @@ def test_console_leaves_within_bound_and_leaves_nothing(lab_hosts: Lab, tmux: Tm
     assert took < EXIT_BOUND_S, f"took {took:.2f} s to leave after {how} (the bar is 2 s)"
     left = marked(mark)
     assert not left, f"processes left behind: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in left]}"
-    assert wait(lambda: not remote_sessions(lab_hosts), 30, 0.2), \
-        f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+    assert wait(lambda: not sessions(lab_hosts), 30, 0.2), \
+        f"remote streams left on the hosts: {len(sessions(lab_hosts))} processes"
     if how != "q":
         assert f"{how} received" in audit.read_text()
 
@@ -197,7 +161,7 @@ def test_status_watch_stops_on_signal(lab_hosts: Lab, tmp_path: Path, name: str)
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline() or "{}")  # every host connected or given up on
         assert len(first.get("hosts", [])) == STATUS_HOSTS, first
-        assert wait(lambda: len(remote_sessions(lab_hosts)) >= STATUS_HOSTS, 60, 0.2)
+        assert wait(lambda: len(sessions(lab_hosts)) >= STATUS_HOSTS, 60, 0.2)
         t0 = time.monotonic()
         proc.send_signal(sig)
         gone = wait(lambda: proc.poll() is not None, 30, 0.01)
@@ -211,8 +175,8 @@ def test_status_watch_stops_on_signal(lab_hosts: Lab, tmp_path: Path, name: str)
     assert took < EXIT_BOUND_S, f"took {took:.2f} s to stop after {sig.name} (the bar is 2 s)"
     assert proc.returncode == 128 + sig, err
     assert f"{sig.name} received" in err and "Traceback" not in err, err
-    assert wait(lambda: not remote_sessions(lab_hosts), 30, 0.2), \
-        f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+    assert wait(lambda: not sessions(lab_hosts), 30, 0.2), \
+        f"remote streams left on the hosts: {len(sessions(lab_hosts))} processes"
 
 
 # -- the stop path itself: bounded, and nothing keeps waiting for a closed host -----------------
@@ -271,15 +235,15 @@ async def test_fleet_stop_is_bounded_and_closes_every_connection(lab_hosts: Lab,
     try:
         statuses = await fleet.first_snapshot(60)
         assert all(s.reachable for s in statuses), [(s.name, s.connection) for s in statuses]
-        assert await wait_async(lambda: len(remote_sessions(lab_hosts)) >= 6, 30)
+        assert await wait_async(lambda: len(sessions(lab_hosts)) >= 6, 30)
         stop = asyncio.ensure_future(fleet.stop())
         done, _ = await asyncio.wait([stop], timeout=20)
         assert stop in done, "Fleet.stop() still running 20 s later: one stubborn task held it"
         assert stop.exception() is None
         assert all(m.host.status.state is ConnState.CLOSED for m in fleet.monitors.values())
         # every connection is closed, so every remote stream ends (its stdin watchdog)
-        assert await wait_async(lambda: not remote_sessions(lab_hosts), 30), \
-            f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+        assert await wait_async(lambda: not sessions(lab_hosts), 30), \
+            f"remote streams left on the hosts: {len(sessions(lab_hosts))} processes"
     finally:
         stubborn.released = True
         for task in asyncio.all_tasks():

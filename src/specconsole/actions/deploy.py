@@ -30,7 +30,7 @@ from typing import Any
 
 from specconsole.actions.rebase import BaseDrift, find_drift
 from specconsole.actions.sglang_flags import CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
-from specconsole.actions.steps import HEARTBEAT_EVERY_S, Steps, _short
+from specconsole.actions.steps import HEARTBEAT_S, Steps, shorten
 from specconsole.actions.unit import (
     SPECIFIER,
     ServiceUnit,
@@ -45,6 +45,7 @@ from specconsole.config import HostConfig
 from specconsole.errors import HostUnavailable, SpecConsoleError
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command
+from specconsole.values import as_int
 
 AGENT_SOURCE = Path(__file__).with_name("deploy_agent.py")
 SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
@@ -284,14 +285,14 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         steps.info(f"architectures {arch}, block_size {model_block}")
         if "DFlashDraftModel" not in arch:
             warnings.append(f"{draft} is not a DFlashDraftModel (architectures {arch})")
-        block = block_in or _int(cur["block_size"]) or (_int(cur["num_draft_tokens"]) if cur["algorithm"] and
+        block = block_in or as_int(cur["block_size"]) or (as_int(cur["num_draft_tokens"]) if cur["algorithm"] and
                                                          cur["algorithm"].upper() == "DFLASH" else None) \
             or (int(model_block) if model_block else None)
         if block is None:
             raise DeployRefused("no block size: pass --block-size N (the draft model's config.json has none)")
         if model_block and block != int(model_block):
             warnings.append(f"block size {block} differs from the draft model's block_size {model_block}")
-        window = window_in or _int(cur["draft_window"])
+        window = window_in or as_int(cur["draft_window"])
         steps.begin("constraints", "checking SGLang's DFLASH constraints")
         if window is not None and window < block:
             raise DeployRefused(
@@ -355,10 +356,6 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     return plan
 
 
-def _int(value: str | None) -> int | None:
-    return int(value) if value and value.strip().lstrip("+").isdigit() else None
-
-
 def _typed(value: str | None) -> Any:
     return int(value) if value is not None and value.isdigit() else value
 
@@ -388,11 +385,9 @@ async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | No
     url = cfg.sglang.base_url
     try:
         if cfg.sglang.tunnel:
-            from urllib.parse import urlsplit
+            from specconsole.hosts.address import tunnel_url
 
-            u = urlsplit(url)
-            local = await host.reach(u.hostname or "127.0.0.1", u.port or 80)
-            url = f"{u.scheme}://{local[0]}:{local[1]}"
+            url = await tunnel_url(host, url)
         async with SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key) as client:
             info = await client.server_info()
     except Exception as err:
@@ -521,7 +516,7 @@ async def _reconnect(host: Host, steps: Steps, why: str, then: str) -> None:
                f"reconnecting to follow it")
     await asyncio.sleep(0.2)   # let the host notice a half-closed connection
     started = time.monotonic()
-    while not await host.wait_connected(HEARTBEAT_EVERY_S):
+    while not await host.wait_connected(HEARTBEAT_S):
         steps.emit("heartbeat", f"waiting to reconnect to {host.name} for "
                    f"{time.monotonic() - started:.0f}s; last seen: {host.status.last_error}")
     steps.info(f"reconnected to {host.name}; re-attaching to the deploy: {then}")
@@ -546,11 +541,11 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> D
                 try:
                     while True:
                         try:
-                            line = await asyncio.wait_for(lines.get(), HEARTBEAT_EVERY_S)
+                            line = await asyncio.wait_for(lines.get(), HEARTBEAT_S)
                         except TimeoutError:
                             quiet = time.monotonic() - last
                             steps.emit("heartbeat", f"waiting for the deploy agent on {host.name}: no event for "
-                                       f"{quiet:.1f}s; last: {_short(last_msg)}")
+                                       f"{quiet:.1f}s; last: {shorten(last_msg)}")
                             if quiet > AGENT_SILENT_S:
                                 crashed = await _agent_gone(host, plan)
                                 if crashed is not None:

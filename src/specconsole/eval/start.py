@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from specconsole.errors import ConfigError, HostUnavailable
 from specconsole.eval.store import ResultStore
@@ -51,6 +50,7 @@ async def serving_endpoint(config: Config, host_name: str | None = None,
     e.g. the console's monitor of it; left open) or through a connection opened here (closed on exit).
     """
     from specconsole.hosts import make_host
+    from specconsole.hosts.address import tunnel_url, url_endpoint
 
     cfg = pick_serve_host(config, host_name)
     sg = cfg.sglang
@@ -58,24 +58,20 @@ async def serving_endpoint(config: Config, host_name: str | None = None,
     if not sg.tunnel:
         yield sg.base_url.rstrip("/"), sg.api_key
         return
-    parts = urlsplit(sg.base_url)
-    scheme = parts.scheme or "http"
-    port = parts.port or (443 if scheme == "https" else 80)
+    _scheme, target, port = url_endpoint(sg.base_url)
     own = connection is None
     host = make_host(cfg) if connection is None else connection
     try:
         if emit_info:
             how = "connecting to" if own else "using the open connection to"
-            emit_info(f"{how} {cfg.name} for a tunnel to {parts.hostname}:{port}")
+            emit_info(f"{how} {cfg.name} for a tunnel to {target}:{port}")
         if own:
             await host.start()
         if not await host.wait_connected(cfg.ssh.connect_timeout_s + 2):
             raise HostUnavailable(host.status.last_error or f"{cfg.name}: not reachable")
-        local_host, local_port = await host.reach(parts.hostname or "127.0.0.1", port)
-        netloc = f"[{local_host}]:{local_port}" if ":" in local_host else f"{local_host}:{local_port}"
-        url = urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
+        url = await tunnel_url(host, sg.base_url)
         if emit_info:
-            emit_info(f"tunnel {url} -> {cfg.name}:{parts.hostname}:{port}")
+            emit_info(f"tunnel {url} -> {cfg.name}:{target}:{port}")
         yield url, sg.api_key
     finally:
         if own:

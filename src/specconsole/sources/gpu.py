@@ -31,6 +31,7 @@ from enum import StrEnum
 from types import ModuleType
 from typing import Any
 
+from specconsole.backoff import Backoff
 from specconsole.config import GpuConfig
 from specconsole.errors import HostUnavailable
 from specconsole.hosts.base import Host, StreamProcess
@@ -301,8 +302,6 @@ def _error_snapshot(state: GpuState, message: str) -> GpuSnapshot:
 
 
 # -- nvidia-smi ----------------------------------------------------------------------------------
-BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 15.0
 
 
 class NvidiaSmiSource:
@@ -394,7 +393,7 @@ class NvidiaSmiSource:
 
     # -- query-gpu stream --------------------------------------------------------------------
     async def _run_gpus(self, publish: Publish[GpuSnapshot]) -> None:
-        backoff = BACKOFF_INITIAL_S
+        backoff = Backoff()
         while True:
             await self.host.wait_connected()
             produced = False
@@ -413,13 +412,13 @@ class NvidiaSmiSource:
             except Exception as err:  # any transport failure: report it, retry, never die
                 state, message = GpuState.ERROR, f"{self.host.name}: `{self.command}` failed: {err}"
             if produced:
-                backoff = BACKOFF_INITIAL_S
+                backoff.reset()
             snap = _error_snapshot(state, message)
             self.last = snap
             log.info("%s", message)
-            publish(Sample(snap, at=snap.at, interval=max(self.interval, backoff)))
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
+            delay = backoff.next()
+            publish(Sample(snap, at=snap.at, interval=max(self.interval, delay)))
+            await asyncio.sleep(delay)
 
     async def _consume_gpus(
         self, proc: StreamProcess, publish: Publish[GpuSnapshot]
@@ -519,7 +518,7 @@ class NvidiaSmiSource:
         )
 
     async def _run_apps(self) -> None:
-        backoff = BACKOFF_INITIAL_S
+        backoff = Backoff()
         while True:
             await self.host.wait_connected()
             started = time.monotonic()
@@ -554,9 +553,8 @@ class NvidiaSmiSource:
                 self._apps_last_line = None
                 self._apps_started_at = None
             if time.monotonic() - started > 4 * self.interval + 2:
-                backoff = BACKOFF_INITIAL_S
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
+                backoff.reset()
+            await asyncio.sleep(backoff.next())
 
 
 # -- NVML ------------------------------------------------------------------------------------
@@ -604,17 +602,16 @@ class NvmlSource:
         self._seen: set[int] = set()
 
     async def run(self, publish: Publish[GpuSnapshot]) -> None:
-        backoff = BACKOFF_INITIAL_S
+        backoff = Backoff()
         try:
             while True:
                 started = time.monotonic()
                 snap = await asyncio.to_thread(self.poll)
                 if snap.ok:
-                    backoff = BACKOFF_INITIAL_S
+                    backoff.reset()
                     delay, interval = self.interval, self.cfg.interval_s
                 else:  # retry nvmlInit with a backoff; the sample stays fresh until then
-                    delay = interval = max(self.interval, backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    delay = interval = max(self.interval, backoff.next())
                 publish(Sample(snap, at=snap.at, interval=interval))
                 await asyncio.sleep(max(0.0, started + delay - time.monotonic()))
         finally:

@@ -26,6 +26,7 @@ from specconsole.errors import HostError, SpecConsoleError
 from specconsole.hosts.base import ConnState, Host
 from specconsole.samples import Sample
 from specconsole.sources import Publish
+from specconsole.values import as_int
 
 
 class ServerState(StrEnum):
@@ -48,16 +49,6 @@ class SglangError(SpecConsoleError):
         self.status_code = status_code
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
 
 
 def _float(value: Any) -> float | None:
@@ -91,8 +82,8 @@ class ServerInfo:
     def from_json(cls, data: dict[str, Any]) -> ServerInfo:
         algo = data.get("speculative_algorithm")
         algo = algo.upper() if isinstance(algo, str) and algo else None
-        ndt = _int(data.get("speculative_num_draft_tokens"))
-        block = _int(data.get("speculative_dflash_block_size"))
+        ndt = as_int(data.get("speculative_num_draft_tokens"))
+        block = as_int(data.get("speculative_dflash_block_size"))
         if block is None and algo == "DFLASH":
             block = ndt
         lengths = []
@@ -112,7 +103,7 @@ class ServerInfo:
             draft_model_path=draft if isinstance(draft, str) else None,
             block_size=block,
             num_draft_tokens=ndt,
-            draft_window=_int(data.get("speculative_draft_window_size")),
+            draft_window=as_int(data.get("speculative_draft_window_size")),
             model_path=model if isinstance(model, str) else None,
             avg_accept_length=sum(lengths) / len(lengths) if lengths else None,
             raw=data,
