@@ -152,7 +152,7 @@ async def check_read_only(app: ConsoleApp) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.2)
         assert app.read_only
-        bound = {b.action for _key, b in app._bindings}
+        bound = {b.binding.action for b in app.screen.active_bindings.values()}  # what Textual offers
         assert "kill_training" not in bound and "deploy" not in bound
         assert app.check_action("kill_training", ()) is False
         await wait_for(pilot, lambda: "Help" in app.screen_text().splitlines()[-1], "the footer")

@@ -64,7 +64,7 @@ from specconsole.ui.panes import (
     View,
 )
 from specconsole.ui.provider import StatusProvider
-from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, plan_keys
+from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, keymap, plan_keys, registry_bindings
 from specconsole.ui.screens import ConfirmScreen, HelpScreen
 from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
 
@@ -92,6 +92,7 @@ class ConsoleApp(App[int]):
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (40, "-tall")]
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape", "close_action_view", "Close action view", show=False),
+        *registry_bindings(),  # default keys; [keys] remaps them by id through Textual's keymap
     ]
 
     def __init__(self, config: Config, *, fleet: StatusProvider | None = None, read_only: bool = False,
@@ -165,19 +166,9 @@ class ConsoleApp(App[int]):
 
     # -- set-up ----------------------------------------------------------------------------
     def _install_bindings(self) -> None:
-        """The registry's bindings, with their resolved keys and ids, replace Textual's palette key."""
-        by_key = self._bindings.key_to_bindings
-        for key in list(by_key):
-            by_key[key] = [b for b in by_key[key] if b.action not in ("command_palette", "app.command_palette")]
-            if not by_key[key]:
-                del by_key[key]
-        for bound in self.key_plan.bound:
-            if bound.key is None:
-                continue
-            spec = bound.spec
-            by_key.setdefault(bound.key, []).append(Binding(
-                bound.key, spec.id, spec.description, show=spec.show, id=spec.id, tooltip=spec.help,
-                priority=spec.id == "command_palette"))
+        """``[keys]``, as resolved by the registry's plan, becomes Textual's keymap (binding ids are
+        the registry's action ids); a remapped key displaces the binding that had it by default."""
+        self.set_keymap(keymap(self.key_plan))
 
     def _register_themes(self) -> None:
         for warning in self.loaded_themes.warnings:
