@@ -191,7 +191,7 @@ class ConsoleApp(App[int]):
                     yield ServingPane(h, id=f"serving-{_dom_id(h.name)}")
                 for h in self.config.train_hosts:
                     yield TrainingPane(h, id=f"training-{_dom_id(h.name)}")
-                yield EvalPane(id="eval", start_run=self._start_eval)
+                yield EvalPane(id="eval")
             yield EventsPane(self.events, id="events")
         yield ActionPanel(id="action")
         yield Footer()
@@ -453,6 +453,10 @@ class ConsoleApp(App[int]):
 
     def action_eval_run(self) -> None:
         self.query_one(EvalPane).action_start_run()
+
+    def on_eval_pane_run_requested(self, message: EvalPane.RunRequested) -> None:
+        """``e`` (or the palette) in the eval pane: measure the configured serving host."""
+        message.pane.start(self._start_eval)
 
     async def _start_eval(self, emit: Callable[[Any], None], on_result: Callable[[Any], None]) -> Any:
         """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
