@@ -226,7 +226,7 @@ async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path
                                                                   size: tuple[int, int]) -> None:
     """In the console's own layout: whole task names, the ratio % column on screen (no sideways
     scrolling), the task column fixed when the table does scroll sideways."""
-    from specconsole.ui import sample_data as sd
+    import sample_data as sd
     from specconsole.ui.app import ConsoleApp
     from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
@@ -254,7 +254,7 @@ async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path
 async def test_the_console_answers_the_panes_run_request(tmp_path: Path) -> None:
     """The console (not a callback) handles RunRequested: `e` starts a run against the configured
     serving host; nothing listens at its base_url here, so the pane reports the failure."""
-    from specconsole.ui import sample_data as sd
+    import sample_data as sd
     from specconsole.ui.app import ConsoleApp
     from specconsole.ui.themes import BUNDLED_DIR, load_themes
 

@@ -8,12 +8,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole import paths
 from specconsole.errors import ConfigError
 from specconsole.lab.environment import Lab, LabOptions
@@ -29,15 +29,6 @@ def ssh(lab: Lab, host: str, command: str) -> subprocess.Popen[bytes]:
         ["ssh", "-i", str(lab.keys / "client_ed25519"), "-o", f"UserKnownHostsFile={lab.keys / 'known_hosts'}",
          "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", str(h.port), f"root@{h.address}", command],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_for(predicate, timeout: float = 30) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def remote_tails(lab: Lab) -> list[int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import running_lab
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.procs import alive
 
@@ -38,13 +39,7 @@ def wait_job(lab: Lab, timeout: float = 120) -> None:
 @pytest.fixture(scope="module")
 def guarded_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """This module's own lab (a failure here would kill training or deploy: never the shared one)."""
-    lab = Lab(tmp_path_factory.mktemp("read-only") / "lab", GUARDED)
-    lab.up()
-    try:
-        wait_job(lab)
-        yield lab
-    finally:
-        lab.down()
+    yield from running_lab(tmp_path_factory.mktemp("read-only") / "lab", GUARDED, wait_job)
 
 
 def read_only_config(lab: Lab) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.ui import sample_data as sd
+import sample_data as sd
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.screens import HelpScreen
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
