@@ -14,7 +14,7 @@ MAX_S = 15.0
 
 def backoff_delay(attempt: int, initial: float = INITIAL_S, cap: float = MAX_S) -> float:
     """Delay before retry ``attempt`` (1-based): initial, 2x, 4x ... capped at ``cap``."""
-    return min(cap, initial * (2 ** max(0, attempt - 1)))
+    return min(cap, initial * float(2 ** max(0, attempt - 1)))
 
 
 class Backoff:
