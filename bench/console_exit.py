@@ -27,8 +27,11 @@ import time
 import uuid
 from pathlib import Path
 
+from _tools import missing  # bench/_tools.py (scripts run from bench/)
+
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.procs import alive, sessions, with_environ
 
 EXE = Path(sys.executable).parent / "specconsole"
 TMUX = ["tmux", "-L", f"specconsole-exit-bench-{os.getpid()}", "-f", "/dev/null"]
@@ -41,46 +44,9 @@ def tmux(*args: str, check: bool = True) -> str:
     return res.stdout
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def marked(mark: str) -> list[int]:
     """Live processes whose environment carries ``mark``."""
-    out = []
-    needle = f"SPECCONSOLE_EXIT_MARK={mark}".encode()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if needle in (d / "environ").read_bytes() and alive(int(d.name)):
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
-
-
-def sessions(lab: Lab) -> list[int]:
-    """Processes under the lab's sshds (one per live session and its commands)."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out: list[int] = []
-    todo = [h.sshd_pid for h in lab.state.hosts.values() if h.sshd_pid]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            if alive(c):
-                out.append(c)
-            todo.append(c)
-    return out
+    return with_environ(f"SPECCONSOLE_EXIT_MARK={mark}".encode())
 
 
 def one(lab: Lab, tmp: Path, hosts: int, how: str, settle: float, gpu_every: int) -> dict[str, object]:
@@ -138,8 +104,7 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=90.0, help="max seconds to wait for the first full frame")
     ap.add_argument("--gpu-every", type=int, default=1, help="an nvidia-smi stream on every Nth SSH host (0: none)")
     args = ap.parse_args()
-    if not shutil.which("tmux"):
-        print("bench: needs tmux", file=sys.stderr)
+    if missing("tmux"):
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-exit-"))
     lab = Lab(tmp / "lab", LabOptions(trainer=False, sglang=False), say=lambda _m: None)

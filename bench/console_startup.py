@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _tools import missing  # bench/_tools.py (scripts run from bench/)
+
 from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
 from specconsole.lab.environment import Lab, LabOptions
 
@@ -55,8 +57,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
     args = ap.parse_args()
-    if not shutil.which("tmux"):
-        print("bench: needs tmux", file=sys.stderr)
+    if missing("tmux"):
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-bench-"))
     lab = Lab(tmp / "lab" / "state", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0))

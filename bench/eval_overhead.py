@@ -29,9 +29,9 @@ import httpx
 
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.eval.runner import run_eval
-from specconsole.eval.simlab import SimServer, dflash_draft_dir
 from specconsole.eval.store import ResultStore
 from specconsole.eval.suite import Suite, Task, load_suite
+from specconsole.lab.simlab import SimServer, dflash_draft_dir
 from specconsole.sglang import SglangClient
 
 

@@ -22,10 +22,11 @@ import asyncio
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _tools import missing  # bench/_tools.py (scripts run from bench/)
 
 from specconsole.config import Config, load_config
 from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
@@ -116,8 +117,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0, help="measurement window per approach")
     args = ap.parse_args()
-    if not shutil.which("ssh"):
-        print("bench: needs the ssh client (apt-get install openssh-client)", file=sys.stderr)
+    if missing("ssh", "the ssh client: apt-get install openssh-client"):
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-bench-"))
     lab = Lab(tmp / "lab" / "state", LabOptions(trainer_step_seconds=1.0, sglang_startup_s=1.0,

@@ -6,5 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "==> ruff check"
 .venv/bin/ruff check src tests bench
+echo "==> import contracts"
+.venv/bin/lint-imports --no-cache
 echo "==> pytest"
 exec .venv/bin/pytest "$@"

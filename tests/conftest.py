@@ -2,6 +2,8 @@
 
 ``lab_hosts``: two SSH hosts only (cheap, one per test that breaks things).
 ``lab``: the whole lab, started once per session, for read-only checks against it.
+:func:`running_lab`: THE way a test builds a lab of its own (a fixture's ``yield from``).
+:class:`wait_for`: THE polling wait, for plain and async tests alike.
 
 Every test that starts lab parts (sshd, systemctl, torchrun, tmux) is marked ``lab``, so
 ``pytest -m "not lab"`` is the fast inner loop: the tests using the fixtures above, plus
@@ -10,9 +12,12 @@ Every test that starts lab parts (sshd, systemctl, torchrun, tmux) is marked ``l
 
 from __future__ import annotations
 
+import asyncio
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,21 +26,35 @@ from specconsole.lab.environment import Lab, LabOptions
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 LAB_FIXTURES = frozenset({"lab", "lab_hosts"})
-#: Node-id prefixes (below tests/) of tests that start lab parts without those fixtures.
+#: Node-id prefixes (below tests/) of tests that start lab parts without those fixtures (a fixture
+#: that builds its lab with :func:`running_lab` marks its tests by itself).
 LAB_TESTS = (
-    "test_deploy.py",  # its own serving lab (sshd, systemctl, the SGLang simulator)
-    "test_kill_training.py",  # its own training lab (sshd, torchrun)
-    "test_ui_actions.py",  # its own whole lab
+    "test_lab_environment.py",  # starts and stops labs itself
     "test_tmux_smoke.py",  # the demo in tmux
+    "test_tmux_story.py",  # the demo in tmux
     "test_lab_trainer.py::test_torchrun_",  # a real torchrun job
     "test_status_cli.py::test_lab_cli_",  # `specconsole lab up` / `down`
 )
 
 
+def _starts_lab(func: Any, depth: int = 2) -> bool:
+    """Whether a fixture's function builds a lab with :func:`running_lab` (itself or through a helper)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return False
+    if "running_lab" in code.co_names:
+        return True
+    helpers = (func.__globals__.get(name) for name in code.co_names)
+    return depth > 0 and any(callable(h) and _starts_lab(h, depth - 1) for h in helpers)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         node = item.nodeid.removeprefix("tests/")
-        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())) or node.startswith(LAB_TESTS):
+        names = set(getattr(item, "fixturenames", ()))
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        own_lab = any(_starts_lab(d.func) for name in names for d in defs.get(name, ()))
+        if LAB_FIXTURES & names or own_lab or node.startswith(LAB_TESTS):
             item.add_marker(pytest.mark.lab)
 
 
@@ -54,13 +73,7 @@ def _need_sshd() -> None:
 @pytest.fixture
 def lab_hosts(tmp_path: Path) -> Iterator[Lab]:
     """Two fresh SSH hosts (train, serve) with no training job and no SGLang."""
-    _need_sshd()
-    lab = Lab(tmp_path / "lab", LabOptions(trainer=False, sglang=False))
-    lab.up()
-    try:
-        yield lab
-    finally:
-        lab.down()
+    yield from running_lab(tmp_path / "lab", LabOptions(trainer=False, sglang=False))
 
 
 FAST_LAB = LabOptions(
@@ -73,10 +86,71 @@ FAST_LAB = LabOptions(
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """The whole lab, shared by the session: do not break it (use lab_hosts for that)."""
+    yield from running_lab(tmp_path_factory.mktemp("session") / "lab", FAST_LAB)
+
+
+def running_lab(path: Path, options: LabOptions | None = None,
+                ready: Callable[[Lab], object] | None = None) -> Iterator[Lab]:
+    """A lab in ``path`` with ``options``, up (and ``ready(lab)`` returned) for the body and always
+    stopped after: a module's own lab fixture is ``yield from running_lab(tmp_path / "lab", LabOptions(...))``."""
     _need_sshd()
-    lab = Lab(tmp_path_factory.mktemp("session") / "lab", FAST_LAB)
+    lab = Lab(path, options or LabOptions())
     lab.up()
     try:
+        if ready is not None:
+            ready(lab)
         yield lab
     finally:
         lab.down()
+
+
+class wait_for:
+    """Poll ``check`` every ``step`` s until it is true or ``timeout`` s passed; true when it became true.
+
+    ``assert wait_for(check, 10)`` in plain code (waits at once, sleeping), ``assert await wait_for(check, 10)``
+    in async code (``asyncio.sleep``, or ``pilot.pause`` with a Textual ``pilot`` so the app keeps
+    drawing). With ``what``, a timeout raises AssertionError naming it (and, with a pilot, the
+    console's screen) instead of returning False.
+    """
+
+    def __init__(self, check: Callable[[], Any], timeout: float = 30.0, *, what: str | None = None,
+                 step: float = 0.1, pilot: Any = None) -> None:
+        self.check, self.timeout, self.what, self.step, self.pilot = check, timeout, what, step, pilot
+        self.result: bool | None = None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # plain code: wait now, so ``ok = wait_for(...)`` has waited
+            self.result = self._poll()
+
+    def _outcome(self, ok: bool) -> bool:
+        if ok or self.what is None:
+            return ok
+        screen = f"; screen:\n{self.pilot.app.screen_text()}" if self.pilot is not None else ""
+        raise AssertionError(f"timed out after {self.timeout:g}s waiting for {self.what}{screen}")
+
+    def __bool__(self) -> bool:
+        if self.result is None:
+            self.result = self._poll()
+        return self.result
+
+    def _poll(self) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.check():
+                return True
+            time.sleep(self.step)
+        return self._outcome(bool(self.check()))
+
+    async def _wait(self) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.check():
+                return True
+            if self.pilot is not None:
+                await self.pilot.pause(self.step)
+            else:
+                await asyncio.sleep(self.step)
+        return self._outcome(bool(self.check()))
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        return self._wait().__await__()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import running_lab
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import HostConfig, load_config
@@ -26,13 +27,7 @@ DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=6
 
 
 def _serve_lab(path: Path) -> Iterator[Lab]:
-    lab = Lab(path, LabOptions(trainer=False, sglang_startup_s=1.5, sglang_load_rps=0))
-    lab.up()
-    try:
-        wait_healthy(lab)
-        yield lab
-    finally:
-        lab.down()
+    yield from running_lab(path, LabOptions(trainer=False, sglang_startup_s=1.5, sglang_load_rps=0), wait_healthy)
 
 
 @pytest.fixture

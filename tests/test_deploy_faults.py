@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import running_lab
 from specconsole.actions.deploy import DeployOutcome, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.lab.environment import Lab, LabOptions
@@ -24,13 +25,7 @@ from test_deploy import connect, server_info, wait_healthy
 
 def _lab(path: Path, **options: object) -> Iterator[Lab]:
     settings: dict[str, object] = {"trainer": False, "sglang_startup_s": 1.0, "sglang_load_rps": 0, **options}
-    lab = Lab(path, LabOptions(**settings))  # type: ignore[arg-type]
-    lab.up()
-    try:
-        wait_healthy(lab, 120)
-        yield lab
-    finally:
-        lab.down()
+    yield from running_lab(path, LabOptions(**settings), lambda lab: wait_healthy(lab, 120))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

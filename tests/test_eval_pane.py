@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,8 +18,8 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable, SelectionList, Static
 
 from specconsole.eval.cli import start_eval
-from specconsole.eval.simlab import SimServer, dflash_draft_dir
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
+from specconsole.lab.simlab import SimServer, dflash_draft_dir
 from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,9 +33,12 @@ def _run(run_id: str, label: str, when: str, values: dict[str, float], algo: str
 
 
 class PaneApp(App[None]):
-    def __init__(self, pane: EvalPane) -> None:
+    """Handles the pane's messages as the console does: a run request starts ``start_run`` (if any)."""
+
+    def __init__(self, pane: EvalPane, start_run: Any = None) -> None:
         super().__init__()
         self.pane = pane
+        self.start_run = start_run
         self.messages: list[Any] = []
 
     def compose(self) -> ComposeResult:
@@ -44,6 +49,8 @@ class PaneApp(App[None]):
 
     def on_eval_pane_run_requested(self, message: EvalPane.RunRequested) -> None:
         self.messages.append(message)
+        if self.start_run is not None:
+            message.pane.start(self.start_run)
 
 
 @pytest.fixture
@@ -126,7 +133,7 @@ async def test_pane_with_fewer_than_two_runs(tmp_path: Path) -> None:
         await pilot.pause()
         assert "No eval runs in" in str(pane.query_one("#eval-title", Static).content)
         pane.query_one("#eval-run-list", SelectionList).focus()
-        pane.action_start_run()  # the app binds e (registry) to this; no runner: the app is asked
+        pane.action_start_run()  # the app binds e (registry) to this: the app is asked
         await pilot.pause()
         assert any(isinstance(m, EvalPane.RunRequested) for m in app.messages)
 
@@ -140,8 +147,8 @@ async def test_e_starts_a_live_run_against_the_simulator(store: ResultStore, tmp
             return await start_eval(None, emit=emit, on_result=on_result, url=sim.url, results=str(store.root),
                                     tasks=["fizzbuzz", "binary_search", "lru_cache"], label="live b16 w32")
 
-        pane = EvalPane(store, start_run=start)
-        app = PaneApp(pane)
+        pane = EvalPane(store)
+        app = PaneApp(pane, start)
         async with app.run_test(size=(180, 50)) as pilot:
             await pilot.pause()
             pane.select_runs(["zlab"], baseline="zlab")
@@ -149,7 +156,7 @@ async def test_e_starts_a_live_run_against_the_simulator(store: ResultStore, tmp
             pane.action_start_run()  # what the app's e binding (registry) calls
             for _ in range(200):
                 await asyncio.sleep(0.05)
-                if not pane.running and app.messages:
+                if not pane.running and isinstance(app.messages[-1], EvalPane.RunFinished):
                     break
             await pilot.pause()
             assert isinstance(app.messages[-1], EvalPane.RunFinished)
@@ -219,7 +226,7 @@ async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path
                                                                   size: tuple[int, int]) -> None:
     """In the console's own layout: whole task names, the ratio % column on screen (no sideways
     scrolling), the task column fixed when the table does scroll sideways."""
-    from specconsole.ui import sample_data as sd
+    import sample_data as sd
     from specconsole.ui.app import ConsoleApp
     from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
@@ -242,3 +249,32 @@ async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path
         rows = [line.rstrip(" │▁▂▃▄▅▆▇█") for line in screen.splitlines() if "fizzbuzz" in line]
         assert rows and rows[0].endswith("%"), screen
         assert table.fixed_columns == 1
+
+
+async def test_the_console_answers_the_panes_run_request(tmp_path: Path) -> None:
+    """The console (not a callback) handles RunRequested: `e` starts a run against the configured
+    serving host; nothing listens at its base_url here, so the pane reports the failure."""
+    import sample_data as sd
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = sd.sample_config(str(tmp_path / "state"))
+    serve = config.host("serve")
+    assert serve.sglang is not None
+    closed = dataclasses.replace(serve, sglang=dataclasses.replace(serve.sglang, base_url=f"http://127.0.0.1:{port}"))
+    config = dataclasses.replace(config, hosts=tuple(closed if h.name == "serve" else h for h in config.hosts))
+    app = ConsoleApp(config, fleet=sd.sample_fleet(sd.FROZEN_NOW), themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.2)
+        pane = app.query_one(EvalPane)
+        await pilot.press("e")
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if pane.progress_text.startswith("eval failed"):
+                break
+        assert pane.progress_text.startswith("eval failed"), pane.progress_text
+        assert not pane.running
+        assert str(port) in pane.progress_text

@@ -20,10 +20,10 @@ from specconsole.config import parse_config
 from specconsole.errors import SpecConsoleError
 from specconsole.eval.cli import add_eval_parser, run_eval_command, start_eval
 from specconsole.eval.runner import run_and_save, run_eval
-from specconsole.eval.simlab import SimServer, dflash_draft_dir, free_port
 from specconsole.eval.store import ResultStore, load_run_file
 from specconsole.eval.suite import Suite, Task, load_suite
 from specconsole.lab.environment import Lab
+from specconsole.lab.simlab import SimServer, dflash_draft_dir, free_port
 from specconsole.sglang import SglangClient
 
 pytestmark = pytest.mark.timeout(60)
@@ -367,3 +367,33 @@ async def test_a_status_line_at_least_every_second_between_tasks(suite: Suite) -
     during = [e.at for e in events if e.step == "tasks"]
     gaps = [b - a for a, b in itertools.pairwise(during)]
     assert max(gaps) <= 1.0 + 0.5, (gaps, [e.line() for e in events])  # the 0.8 s cadence, with CPU slack
+
+
+async def test_the_console_tunnels_through_the_monitors_connection(lab_hosts: Lab, dflash: SimServer,
+                                                                   tmp_path: Path) -> None:
+    """``e`` in the console passes the monitor's connected host: the tunnel goes through it (no
+    second SSH connection), and it is still connected after the run."""
+    from dataclasses import replace
+
+    from specconsole.config import load_config
+    from specconsole.hosts import make_host
+
+    config = load_config(lab_hosts.config_path)
+    serve = config.host("serve")
+    assert serve.sglang is not None
+    tunnelled = replace(serve, sglang=replace(serve.sglang, base_url=dflash.url, tunnel=True))
+    config = replace(config, hosts=tuple(tunnelled if h.name == "serve" else h for h in config.hosts))
+    host = make_host(tunnelled)
+    await host.start()
+    try:
+        assert await host.wait_connected(30)
+        events: list[StepEvent] = []
+        run = await start_eval(config, emit=events.append, tasks=["fizzbuzz"], results=str(tmp_path),
+                               connection=host)
+        assert run.task("fizzbuzz").ok  # type: ignore[union-attr]
+        assert any(e.message.startswith("using the open connection to serve") for e in events)
+        assert not any(e.message.startswith("connecting to") for e in events)
+        assert host.status.up  # left open for the monitor
+        assert (await host.run(["true"])).ok
+    finally:
+        await host.close()

@@ -24,6 +24,7 @@ import pytest
 
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.hosts.local import LocalHost
+from specconsole.lab.procs import alive
 from specconsole.samples import Sample
 from specconsole.sources.gpu import (
     GpuSnapshot,
@@ -134,14 +135,6 @@ async def running(source: Any):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 async def all_gone(pids: list[int], timeout: float = 10.0) -> bool:

@@ -15,34 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from conftest import running_lab, wait_for
 from specconsole.actions.kill import find_job, kill_job
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.procs import alive, children
 
 
 @pytest.fixture
 def train_lab(tmp_path: Path) -> Iterator[Lab]:
-    lab = Lab(tmp_path / "lab", LabOptions(sglang=False, trainer=True, trainer_step_seconds=0.2))
-    lab.up()
-    try:
-        wait_workers(lab)
-        yield lab
-    finally:
-        lab.down()
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d.name))
-            except (OSError, IndexError):
-                pass
-    return out
+    yield from running_lab(tmp_path / "lab", LabOptions(sglang=False, trainer=True, trainer_step_seconds=0.2),
+                           wait_workers)
 
 
 def wait_workers(lab: Lab, timeout: float = 90) -> None:
@@ -54,24 +39,6 @@ def wait_workers(lab: Lab, timeout: float = 90) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("the lab's torchrun job did not start its 2 workers")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return bool(predicate())
 
 
 def assert_no_silent_gap(events: list[StepEvent], limit_s: float = 1.0) -> None:
@@ -130,7 +97,7 @@ async def test_kill_stops_every_process_and_releases_gpu_memory(train_lab: Lab) 
     assert outcome.step == last_step and outcome.stopped
     assert_no_silent_gap(events)
     # the launcher is reaped by whoever started it, never left as <defunct>
-    assert wait_until(lambda: not Path(f"/proc/{launcher}").exists(), 15), \
+    assert wait_for(lambda: not Path(f"/proc/{launcher}").exists(), 15), \
         f"launcher {launcher} lingers: {Path(f'/proc/{launcher}/stat').read_text() if alive(launcher) else 'zombie'}"
     # every command is followed by its result with exit status and time
     for i, e in enumerate(events):
@@ -218,8 +185,6 @@ def test_cli_refuses_without_tty_or_yes(train_lab: Lab) -> None:
     assert res.returncode == 1
     assert "pass --yes" in res.stderr and "Traceback" not in res.stderr
     assert alive(train_lab.state.trainer_pid or 0)
-
-
 
 
 @pytest.fixture

@@ -8,37 +8,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
+from specconsole import paths
+from specconsole.errors import ConfigError
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.procs import alive, start_time
 
 HOSTS_ONLY = LabOptions(trainer=False, sglang=False)
-
-
-def start_time(pid: int) -> int | None:
-    """/proc/PID/stat field 22: clock ticks after boot."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def ssh(lab: Lab, host: str, command: str) -> subprocess.Popen[bytes]:
@@ -48,15 +29,6 @@ def ssh(lab: Lab, host: str, command: str) -> subprocess.Popen[bytes]:
         ["ssh", "-i", str(lab.keys / "client_ed25519"), "-o", f"UserKnownHostsFile={lab.keys / 'known_hosts'}",
          "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", str(h.port), f"root@{h.address}", command],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_for(predicate, timeout: float = 30) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def remote_tails(lab: Lab) -> list[int]:
@@ -184,8 +156,9 @@ def test_a_fresh_lab_starts_from_a_clean_unit_and_no_old_training_log(tmp_path: 
 
 
 def test_lab_status_and_the_console_find_the_demos_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`specconsole demo` keeps its lab in its own folder; `lab status` and a config-less
-    command look there too (they said "running: false" while the demo ran)."""
+    """`specconsole demo` keeps its lab in its own folder; `lab status` looks there too (it said
+    "running: false" while the demo ran). A config-less console command does not pick the lab
+    silently: one line names where it looked and points at `specconsole demo` / --config."""
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k not in ("SPECCONSOLE_LAB_DIR", "SPECCONSOLE_CONFIG")}
     env["HOME"] = str(home)
@@ -202,7 +175,10 @@ def test_lab_status_and_the_console_find_the_demos_lab(tmp_path: Path, monkeypat
         monkeypatch.setenv("HOME", str(home))
         monkeypatch.delenv("SPECCONSOLE_LAB_DIR", raising=False)
         monkeypatch.delenv("SPECCONSOLE_CONFIG", raising=False)
-        assert resolve_config_path(None) == str(demo.config_path)
+        with pytest.raises(ConfigError) as err:
+            resolve_config_path(None)
+        assert "--config FILE" in str(err.value) and "specconsole demo" in str(err.value)
+        assert str(paths.default_config_file()) in str(err.value)
     finally:
         demo.down()
     res = subprocess.run([sys.executable, "-m", "specconsole", "lab", "status"], capture_output=True,

@@ -13,17 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import running_lab
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.procs import alive
 
 GUARDED = LabOptions(trainer_step_seconds=0.25, trainer_steps_per_epoch=500, sglang_startup_s=1.0,
                      sglang_load_rps=1.0, gpu_interval_s=0.5, sglang_interval_s=0.5)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_job(lab: Lab, timeout: float = 120) -> None:
@@ -44,13 +39,7 @@ def wait_job(lab: Lab, timeout: float = 120) -> None:
 @pytest.fixture(scope="module")
 def guarded_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """This module's own lab (a failure here would kill training or deploy: never the shared one)."""
-    lab = Lab(tmp_path_factory.mktemp("read-only") / "lab", GUARDED)
-    lab.up()
-    try:
-        wait_job(lab)
-        yield lab
-    finally:
-        lab.down()
+    yield from running_lab(tmp_path_factory.mktemp("read-only") / "lab", GUARDED, wait_job)
 
 
 def read_only_config(lab: Lab) -> Path:

@@ -21,6 +21,7 @@ import pytest
 from specconsole.config import HostConfig, TrainingConfig
 from specconsole.formats.training_log import LineKind, LineParser
 from specconsole.hosts.local import LocalHost
+from specconsole.lab.procs import children
 from specconsole.lab.trainer import parse_args
 from specconsole.samples import Sample
 from specconsole.sources.training import TrainingSource
@@ -32,19 +33,6 @@ TRAINER = ["-m", "specconsole.lab.trainer"]
 
 def env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
-    return out
 
 
 def worker_env(pid: int) -> dict[str, str]:

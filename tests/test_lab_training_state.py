@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import running_lab
 from specconsole.actions.kill import find_job, kill_job
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
@@ -24,12 +25,7 @@ from specconsole.monitor import Fleet
 @pytest.fixture
 def job_lab(tmp_path: Path) -> Iterator[Lab]:
     """A lab of its own with a training job (this test kills it)."""
-    lab = Lab(tmp_path / "lab", LabOptions(sglang=False, trainer_step_seconds=0.2))
-    lab.up()
-    try:
-        yield lab
-    finally:
-        lab.down()
+    yield from running_lab(tmp_path / "lab", LabOptions(sglang=False, trainer_step_seconds=0.2))
 
 
 def training(fleet: Fleet) -> object:

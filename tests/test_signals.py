@@ -26,13 +26,15 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole.lab.environment import Lab
 from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.procs import alive, sessions, with_environ
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -61,46 +63,9 @@ class Tmux:
         subprocess.run([*self.base, "kill-server"], capture_output=True, check=False)
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def marked(mark: str) -> list[int]:
     """Live processes whose environment carries this run's marker (the console and its children)."""
-    needle = f"SPECCONSOLE_EXIT_MARK={mark}".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if needle in (d / "environ").read_bytes() and alive(int(d.name)):
-                    found.append(int(d.name))
-            except OSError:
-                pass
-    return found
-
-
-def remote_sessions(lab: Lab) -> list[int]:
-    """Live processes under the lab's sshds: a session per connection and each stream's commands."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    found: list[int] = []
-    todo = [h.sshd_pid for h in lab.state.hosts.values() if h.sshd_pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            if alive(child):
-                found.append(child)
-            todo.append(child)
-    return found
+    return with_environ(f"SPECCONSOLE_EXIT_MARK={mark}".encode())
 
 
 def connected_hosts(audit: Path) -> set[str]:
@@ -113,15 +78,6 @@ def connected_hosts(audit: Path) -> set[str]:
             if event["message"].startswith("connected to ") and event["source"] != "local":
                 names.add(event["source"])
     return names
-
-
-def wait(check: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(step)
-    return check()
 
 
 @pytest.fixture
@@ -153,11 +109,11 @@ def test_console_leaves_within_bound_and_leaves_nothing(lab_hosts: Lab, tmux: Tm
         def connected() -> int:
             return len(connected_hosts(audit))
 
-        ready = wait(lambda: alive(pid) and frame.exists() and connected() == HOSTS and len(marked(mark)) >= 3
-                     and len(remote_sessions(lab_hosts)) >= HOSTS, 150, 0.5)
+        ready = wait_for(lambda: alive(pid) and frame.exists() and connected() == HOSTS and len(marked(mark)) >= 3
+                     and len(sessions(lab_hosts)) >= HOSTS, 150, step=0.5)
         assert ready, (f"console not running with every host: alive={alive(pid)}, frame={frame.exists()}, "
                        f"connected={connected()}, "
-                       f"children={len(marked(mark)) - 1}, remote={len(remote_sessions(lab_hosts))}\n"
+                       f"children={len(marked(mark)) - 1}, remote={len(sessions(lab_hosts))}\n"
                        + tmux("capture-pane", "-p", "-t", "c", check=False))
         t0 = time.monotonic()
         if how == "q":
@@ -166,7 +122,7 @@ def test_console_leaves_within_bound_and_leaves_nothing(lab_hosts: Lab, tmux: Tm
             tmux("kill-session", "-t", "c")  # the terminal goes away
         else:
             os.kill(pid, getattr(signal, how))
-        gone = wait(lambda: not alive(pid), 30, 0.01)
+        gone = wait_for(lambda: not alive(pid), 30, step=0.01)
         took = time.monotonic() - t0
     finally:
         if alive(pid):
@@ -176,8 +132,8 @@ def test_console_leaves_within_bound_and_leaves_nothing(lab_hosts: Lab, tmux: Tm
     assert took < EXIT_BOUND_S, f"took {took:.2f} s to leave after {how} (the bar is 2 s)"
     left = marked(mark)
     assert not left, f"processes left behind: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in left]}"
-    assert wait(lambda: not remote_sessions(lab_hosts), 30, 0.2), \
-        f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+    assert wait_for(lambda: not sessions(lab_hosts), 30, step=0.2), \
+        f"remote streams left on the hosts: {len(sessions(lab_hosts))} processes"
     if how != "q":
         assert f"{how} received" in audit.read_text()
 
@@ -197,10 +153,10 @@ def test_status_watch_stops_on_signal(lab_hosts: Lab, tmp_path: Path, name: str)
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline() or "{}")  # every host connected or given up on
         assert len(first.get("hosts", [])) == STATUS_HOSTS, first
-        assert wait(lambda: len(remote_sessions(lab_hosts)) >= STATUS_HOSTS, 60, 0.2)
+        assert wait_for(lambda: len(sessions(lab_hosts)) >= STATUS_HOSTS, 60, step=0.2)
         t0 = time.monotonic()
         proc.send_signal(sig)
-        gone = wait(lambda: proc.poll() is not None, 30, 0.01)
+        gone = wait_for(lambda: proc.poll() is not None, 30, step=0.01)
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
@@ -211,8 +167,8 @@ def test_status_watch_stops_on_signal(lab_hosts: Lab, tmp_path: Path, name: str)
     assert took < EXIT_BOUND_S, f"took {took:.2f} s to stop after {sig.name} (the bar is 2 s)"
     assert proc.returncode == 128 + sig, err
     assert f"{sig.name} received" in err and "Traceback" not in err, err
-    assert wait(lambda: not remote_sessions(lab_hosts), 30, 0.2), \
-        f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+    assert wait_for(lambda: not sessions(lab_hosts), 30, step=0.2), \
+        f"remote streams left on the hosts: {len(sessions(lab_hosts))} processes"
 
 
 # -- the stop path itself: bounded, and nothing keeps waiting for a closed host -----------------
@@ -230,7 +186,7 @@ async def test_a_closed_host_ends_its_waiters(lab_hosts: Lab) -> None:
     assert await host.wait_connected(30), host.status
     lab_hosts.stop_sshd("train")  # the host goes away; the supervisor keeps retrying
     host.drop()
-    assert await wait_async(lambda: not host.status.up, 10), host.status
+    assert await wait_for(lambda: not host.status.up, 10), host.status
     waiter = asyncio.ensure_future(host.wait_connected())
     await host.close()
     done, _ = await asyncio.wait([waiter], timeout=10)
@@ -271,15 +227,15 @@ async def test_fleet_stop_is_bounded_and_closes_every_connection(lab_hosts: Lab,
     try:
         statuses = await fleet.first_snapshot(60)
         assert all(s.reachable for s in statuses), [(s.name, s.connection) for s in statuses]
-        assert await wait_async(lambda: len(remote_sessions(lab_hosts)) >= 6, 30)
+        assert await wait_for(lambda: len(sessions(lab_hosts)) >= 6, 30)
         stop = asyncio.ensure_future(fleet.stop())
         done, _ = await asyncio.wait([stop], timeout=20)
         assert stop in done, "Fleet.stop() still running 20 s later: one stubborn task held it"
         assert stop.exception() is None
         assert all(m.host.status.state is ConnState.CLOSED for m in fleet.monitors.values())
         # every connection is closed, so every remote stream ends (its stdin watchdog)
-        assert await wait_async(lambda: not remote_sessions(lab_hosts), 30), \
-            f"remote streams left on the hosts: {len(remote_sessions(lab_hosts))} processes"
+        assert await wait_for(lambda: not sessions(lab_hosts), 30), \
+            f"remote streams left on the hosts: {len(sessions(lab_hosts))} processes"
     finally:
         stubborn.released = True
         for task in asyncio.all_tasks():
@@ -288,10 +244,3 @@ async def test_fleet_stop_is_bounded_and_closes_every_connection(lab_hosts: Lab,
         await fleet.stop()
 
 
-async def wait_async(check: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(step)
-    return check()

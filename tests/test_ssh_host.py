@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole.config import HostConfig, load_config
 from specconsole.errors import HostKeyError, HostUnavailable
 from specconsole.hosts import ConnState
@@ -42,15 +43,6 @@ def remote_pids(needle: str) -> list[int]:
             if needle in cmd and "sh -c" not in cmd:
                 out.append(int(d.name))
     return out
-
-
-async def wait_for(pred, timeout: float, step: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        await asyncio.sleep(step)
-    return bool(pred())
 
 
 def test_backoff_is_exponential_and_capped() -> None:
@@ -152,7 +144,7 @@ async def test_dropped_connection_recovers_within_backoff_bound(lab_hosts: Lab) 
     host.add_listener(lambda c: states.append((c.state, c.attempt)))
     try:
         lab_hosts.stop_sshd("train")
-        assert await wait_for(lambda: host.status.state is not ConnState.CONNECTED, 10)
+        assert await wait_for(lambda: host.status.state is not ConnState.CONNECTED, 10, step=0.05)
         with pytest.raises(HostUnavailable):
             await host.run(["true"])
         await asyncio.sleep(2.5)  # several failed attempts: backoff grows to its cap
@@ -180,18 +172,18 @@ async def test_streams_end_on_the_host_when_closed_or_dropped(lab_hosts: Lab) ->
         async with host.stream(["tail", "-n", "5", "-F", str(log)]) as s:
             first = await anext(aiter(s.lines()))
             assert first == "one"
-            assert await wait_for(lambda: len(remote_pids(f"tail -n 5 -F {log}")) == 1, 5)
-        assert await wait_for(lambda: not remote_pids(f"tail -n 5 -F {log}"), 5)
+            assert await wait_for(lambda: len(remote_pids(f"tail -n 5 -F {log}")) == 1, 5, step=0.05)
+        assert await wait_for(lambda: not remote_pids(f"tail -n 5 -F {log}"), 5, step=0.05)
 
         # dropped connection (sshd killed): the remote tail does not outlive it
         async with host.stream(["tail", "-n", "1", "-F", str(log)]) as s:
             it = aiter(s.lines())
             assert await anext(it) == "one"
-            assert await wait_for(lambda: len(remote_pids(f"tail -n 1 -F {log}")) == 1, 5)
+            assert await wait_for(lambda: len(remote_pids(f"tail -n 1 -F {log}")) == 1, 5, step=0.05)
             lab_hosts.stop_sshd("train")
             with pytest.raises((HostUnavailable, StopAsyncIteration)):
                 await asyncio.wait_for(anext(it), 10)
-        assert await wait_for(lambda: not remote_pids(f"tail -n 1 -F {log}"), 5)
+        assert await wait_for(lambda: not remote_pids(f"tail -n 1 -F {log}"), 5, step=0.05)
         lab_hosts.start_sshd("train")
         assert await host.wait_connected(10)
         # after reconnecting, a new stream works and there is exactly one tail again

@@ -7,11 +7,11 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole.config import HostConfig, TrainingConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.lab.environment import Lab
@@ -353,14 +353,6 @@ def tail_pids(path: Path) -> list[int]:
     return pids
 
 
-async def wait_for(cond: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-
-
 class Running:
     """A TrainingSource running on a LocalHost, collecting what it publishes."""
 
@@ -392,14 +384,14 @@ async def test_source_picks_up_appended_lines_incrementally(tmp_path: Path):
     log = tmp_path / "train.log"
     log.write_text("Total training steps: 33000\n" + "".join(jline(s, T0 + s) + "\n" for s in (1, 2)))
     async with Running(log, total_epochs=6) as run:
-        await wait_for(lambda: bool(run.samples) and run.last.step == 2)
+        await wait_for(lambda: bool(run.samples) and run.last.step == 2, 15.0, what="the condition")
         assert run.source.command == ["tail", "-n", "200", "-F", str(log)]
         assert len(tail_pids(log)) == 1
         with log.open("a") as f:
             for s in range(3, 6):
                 f.write(jline(s, T0 + s) + "\n")
                 f.flush()
-                await wait_for(lambda s=s: run.last.step == s)
+                await wait_for(lambda s=s: run.last.step == s, 15.0, what="the condition")
         p = run.last
         assert p.lines_seen == 6 and p.total_steps == 33000 and p.eta_target == "6 epochs"
         assert p.steps_per_s == pytest.approx(1.0) and p.error is None
@@ -408,22 +400,22 @@ async def test_source_picks_up_appended_lines_incrementally(tmp_path: Path):
         assert sample.interval == 0.2 and abs(sample.at - time.time()) < 5
         # periodic samples keep coming with no new lines (ages, stall stay current)
         n = len(run.samples)
-        await wait_for(lambda: len(run.samples) >= n + 2, timeout=5)
-    await wait_for(lambda: not tail_pids(log), timeout=5)
+        await wait_for(lambda: len(run.samples) >= n + 2, timeout=5, what="the condition")
+    await wait_for(lambda: not tail_pids(log), timeout=5, what="the condition")
 
 
 async def test_source_waits_for_a_log_created_later(tmp_path: Path):
     log = tmp_path / "later" / "train.log"
     async with Running(log) as run:
         await wait_for(lambda: bool(run.samples)
-                       and run.last.error == f"log file not found yet: {log}")
+                       and run.last.error == f"log file not found yet: {log}", 15.0, what="the condition")
         n = len(run.samples)
-        await wait_for(lambda: len(run.samples) >= n + 3, timeout=5)
+        await wait_for(lambda: len(run.samples) >= n + 3, timeout=5, what="the condition")
         assert run.last.error == f"log file not found yet: {log}"  # it stays until the file is there
         assert run.last.step is None
         log.parent.mkdir()
         log.write_text("Starting training from epoch 0, step 0\n" + jline(1, T0) + "\n")
-        await wait_for(lambda: run.last.step == 1, timeout=20)  # tail -F polls for it
+        await wait_for(lambda: run.last.step == 1, timeout=20, what="the condition")  # tail -F polls for it
         assert run.last.error is None
         assert len(tail_pids(log)) == 1 and run.source.streams_started == 1
 
@@ -432,13 +424,13 @@ async def test_source_restarts_the_tail_when_the_stream_ends(tmp_path: Path):
     log = tmp_path / "train.log"
     log.write_text("".join(jline(s, T0 + s) + "\n" for s in (1, 2, 3)))
     async with Running(log) as run:
-        await wait_for(lambda: bool(run.samples) and run.last.step == 3)
+        await wait_for(lambda: bool(run.samples) and run.last.step == 3, 15.0, what="the condition")
         [pid] = tail_pids(log)
         os.kill(pid, 15)  # the stream ends (as when a host drops)
-        await wait_for(lambda: run.source.streams_started == 2 and len(tail_pids(log)) == 1)
+        await wait_for(lambda: run.source.streams_started == 2 and len(tail_pids(log)) == 1, 15.0, what="the condition")
         with log.open("a") as f:
             f.write(jline(4, T0 + 4) + "\n")
-        await wait_for(lambda: run.last.step == 4)
+        await wait_for(lambda: run.last.step == 4, 15.0, what="the condition")
         p = run.last
         assert p.lines_seen == 4 and p.restarts == 0 and p.error is None  # re-tail deduped
         assert len(p.loss_history) == 4
@@ -448,15 +440,16 @@ async def test_source_flags_a_deleted_log_and_recovers(tmp_path: Path):
     log = tmp_path / "train.log"
     log.write_text("".join(jline(s, T0 + s) + "\n" for s in (1, 2, 3)))
     async with Running(log) as run:
-        await wait_for(lambda: bool(run.samples) and run.last.step == 3)
+        await wait_for(lambda: bool(run.samples) and run.last.step == 3, 15.0, what="the condition")
         log.unlink()
-        await wait_for(lambda: (run.last.error or "").startswith(f"log deleted: {log} — "), timeout=20)
+        await wait_for(lambda: (run.last.error or "").startswith(f"log deleted: {log} — "), timeout=20,
+                       what="the condition")
         assert run.last.step == 3  # what was read stays
         n = len(run.samples)
-        await wait_for(lambda: len(run.samples) >= n + 3, timeout=5)
+        await wait_for(lambda: len(run.samples) >= n + 3, timeout=5, what="the condition")
         assert (run.last.error or "").startswith("log deleted")  # it stays until the log is back
         log.write_text(jline(4, T0 + 4) + "\n")
-        await wait_for(lambda: run.last.step == 4 and run.last.error is None, timeout=20)
+        await wait_for(lambda: run.last.step == 4 and run.last.error is None, timeout=20, what="the condition")
         assert run.source.streams_started == 1
 
 
@@ -464,17 +457,17 @@ async def test_source_skips_an_oversized_line_and_goes_on(tmp_path: Path):
     log = tmp_path / "train.log"
     log.write_text(jline(1, T0 + 1) + "\n")
     async with Running(log) as run:
-        await wait_for(lambda: bool(run.samples) and run.last.step == 1)
+        await wait_for(lambda: bool(run.samples) and run.last.step == 1, 15.0, what="the condition")
         with log.open("a") as f:
             f.write('{"step": 2, "blob": "' + "x" * (3 << 20) + '"}\n')  # 3 MiB on one line
             f.write(jline(3, T0 + 3) + "\n")
-        await wait_for(lambda: run.last.step == 3, timeout=30)
+        await wait_for(lambda: run.last.step == 3, timeout=30, what="the condition")
         p = run.last
         assert p.malformed == 1 and p.error is None and p.lines_seen == 3
         assert any("was skipped: longer than the 1 MiB line limit" in ln for ln in p.recent_lines)
         with log.open("a") as f:  # and keeps reading: the same stream, nothing restarted
             f.write(jline(4, T0 + 4) + "\n")
-        await wait_for(lambda: run.last.step == 4, timeout=20)
+        await wait_for(lambda: run.last.step == 4, timeout=20, what="the condition")
         assert run.source.streams_started == 1
 
 
@@ -494,11 +487,11 @@ async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hos
     await host.start()
     task = asyncio.create_task(source.run(samples.append))
     try:
-        await wait_for(lambda: bool(samples) and samples[-1].value.step == 1, timeout=60)
+        await wait_for(lambda: bool(samples) and samples[-1].value.step == 1, timeout=60, what="the condition")
         with log.open("a") as f:
             f.write('{"step": 2, "blob": "' + "x" * (3 << 20) + '"}\n')
             f.write(jline(3, T0 + 3) + "\n")
-        await wait_for(lambda: samples[-1].value.step == 3, timeout=120)
+        await wait_for(lambda: samples[-1].value.step == 3, timeout=120, what="the condition")
         p = samples[-1].value
         assert p.malformed >= 1 and p.error is None
         assert any(f"characters was skipped: longer than the {MAX_LINE_CHARS >> 20} MiB" in ln

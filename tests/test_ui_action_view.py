@@ -15,10 +15,10 @@ import pytest
 from textual.containers import VerticalScroll
 from textual.widgets import Button, Input, Select, Static
 
+import sample_data as sd
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.actions.steps import StepEvent
 from specconsole.config import parse_config
-from specconsole.ui import sample_data as sd
 from specconsole.ui.action_view import ActionPanel, ActionTrack
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.deploy_screen import DeployForm, algorithm_choices

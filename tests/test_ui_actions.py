@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Button, Input, Select, Static
 
+from conftest import running_lab, wait_for
 from specconsole.config import load_config
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.ui.action_view import ActionPanel
@@ -30,13 +29,9 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def action_lab(tmp_path: Path) -> Iterator[Lab]:
-    lab = Lab(tmp_path / "lab", LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0, sglang_load_rps=1,
-                                           gpu_interval_s=0.5, sglang_interval_s=0.5))
-    lab.up()
-    try:
-        yield lab
-    finally:
-        lab.down()
+    options = LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0, sglang_load_rps=1,
+                         gpu_interval_s=0.5, sglang_interval_s=0.5)
+    yield from running_lab(tmp_path / "lab", options)
 
 
 def make_app(lab: Lab, tmp_path: Path) -> ConsoleApp:
@@ -44,16 +39,6 @@ def make_app(lab: Lab, tmp_path: Path) -> ConsoleApp:
     cfg = dataclasses.replace(cfg, console=dataclasses.replace(
         cfg.console, state_dir=str(tmp_path / "state"), audit_log=str(tmp_path / "audit.log")))
     return ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
-
-
-async def wait_for(pilot: Pilot[Any], check: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await pilot.pause(0.25)
-    app: ConsoleApp = pilot.app  # type: ignore[assignment]
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; screen:\n{app.screen_text()}")
 
 
 def has(events: EventsPane, text: str) -> bool:
@@ -70,26 +55,29 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
     async with app.run_test(size=(160, 48)) as pilot:
         events = app.query_one(EventsPane)
         statuses = lambda: {s.name: s for s in app.fleet.statuses()}  # noqa: E731
-        await wait_for(pilot, lambda: all(s.reachable for s in statuses().values()), "both hosts connected")
-        await wait_for(pilot, lambda: bool(statuses()["train"].training and statuses()["train"].training.value.step),
-                       "training steps")
+        await wait_for(lambda: all(s.reachable for s in statuses().values()), 90,
+                       what="both hosts connected", pilot=pilot)
+        await wait_for(lambda: bool(statuses()["train"].training and statuses()["train"].training.value.step), 90,
+                       what="training steps", pilot=pilot)
 
         # k: the plan dialog, Cancel focused; Enter cancels and nothing is killed
         await pilot.press("k")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the kill dialog")
-        await wait_for(pilot, lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", "Cancel focused")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
+        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
+                       what="Cancel focused", pilot=pilot)
         body = app.screen.body_text  # type: ignore[attr-defined]
         assert "launcher" in body and "worker" in body and "GPU 0: 61000 MiB" in body
         await pilot.press("enter")
-        await wait_for(pilot, lambda: has(events, "cancelled by the operator; nothing was changed"), "cancel")
+        await wait_for(lambda: has(events, "cancelled by the operator; nothing was changed"), 90,
+                       what="cancel", pilot=pilot)
         launcher = action_lab.state.trainer_pid
         assert launcher and Path(f"/proc/{launcher}").exists()
 
         # k again, confirm: every step and command shows in the events pane
         await pilot.press("k")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the kill dialog")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
         await pilot.click("#confirm-button")
-        await wait_for(pilot, lambda: has(events, "training job stopped on train"), "the kill to finish")
+        await wait_for(lambda: has(events, "training job stopped on train"), 90, what="the kill to finish", pilot=pilot)
         assert has(events, f"$ kill -TERM {launcher}") and has(events, "exit 0 in")
         # the action view stays on screen with every step and the host's state
         panel = app.query_one(ActionPanel)
@@ -106,38 +94,41 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         # d: the form is prefilled (window 16), its algorithms come from the host's --help; Enter moves
         # field to field and then to Plan; the plan dialog has Cancel focused
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form")
+        await wait_for(lambda: isinstance(app.screen, DeployForm), 90, what="the deploy form", pilot=pilot)
         form = app.screen
         assert form.query_one("#deploy-draft_window", Input).value == "16"
         algorithms = form.query_one("#deploy-algorithm", Select)
-        await wait_for(pilot, lambda: "EAGLE3" in [str(o[0]) for o in algorithms._options], "the algorithms")
+        await wait_for(lambda: "EAGLE3" in [str(o[0]) for o in algorithms._options], 90,
+                       what="the algorithms", pilot=pilot)
         assert {"DFLASH", "NEXTN", "EAGLE", "DSPARK"} <= {str(o[0]) for o in algorithms._options}
         await pilot.press("enter")
         assert isinstance(app.screen, DeployForm) and app.focused is form.query_one("#deploy-block_size", Input)
         await pilot.press("enter", "enter")
         assert isinstance(app.screen, DeployForm) and isinstance(app.focused, Button) and app.focused.id == "plan"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen), "the deploy plan")
-        await wait_for(pilot, lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", "Cancel focused")
+        await wait_for(lambda: isinstance(app.screen, PlanScreen), 90, what="the deploy plan", pilot=pilot)
+        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
+                       what="Cancel focused", pilot=pilot)
         assert "--speculative-algorithm  NEXTN → DFLASH" in app.screen.body_text  # type: ignore[attr-defined]
         await pilot.press("tab", "enter")
-        await wait_for(pilot, lambda: has(events, "deployed: "), "the deploy to finish", timeout=120)
+        await wait_for(lambda: has(events, "deployed: "), 120, what="the deploy to finish", pilot=pilot)
         assert has(events, "$ systemctl restart sglang.service") and has(events, "smoke:")
         info = server_info(action_lab)
         assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_window_size"] == 16
-        await wait_for(pilot, lambda: (s := statuses()["serve"].sglang) is not None and s.value.info is not None
-                       and s.value.info.algorithm == "DFLASH", "the serving pane's source to see DFLASH")
+        await wait_for(lambda: (s := statuses()["serve"].sglang) is not None and s.value.info is not None
+                       and s.value.info.algorithm == "DFLASH", 90,
+                       what="the serving pane's source to see DFLASH", pilot=pilot)
         panel = app.query_one(ActionPanel)
         assert panel.track is not None and panel.track.ok and "restart" in [r.name for r in panel.track.rows]
-        await wait_for(pilot, lambda: panel.state_line == "serve: serving DFLASH, draft window 16, healthy",
-                       "the action view's state line")
-        await wait_for(pilot, lambda: "▸ serve: serving DFLASH, draft window 16, healthy" in app.screen_text(),
-                       "the state line on screen")
+        await wait_for(lambda: panel.state_line == "serve: serving DFLASH, draft window 16, healthy", 90,
+                       what="the action view's state line", pilot=pilot)
+        await wait_for(lambda: "▸ serve: serving DFLASH, draft window 16, healthy" in app.screen_text(), 90,
+                       what="the state line on screen", pilot=pilot)
         await pilot.press("escape")
 
         # a bad window is refused before anything changes, with SGLang's constraint named
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form")
+        await wait_for(lambda: isinstance(app.screen, DeployForm), 90, what="the deploy form", pilot=pilot)
         form = app.screen
         window = form.query_one("#deploy-draft_window", Input)
         window.value = "abc"
@@ -148,8 +139,9 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         await pilot.press("enter", "enter", "enter")  # fine as a number: on through the fields to Plan
         assert isinstance(app.focused, Button) and app.focused.id == "plan"
         await pilot.press("enter")  # preflight refuses it (block size 16 from the draft's config.json)
-        await wait_for(pilot, lambda: "smaller than the block size 16" in
-                       str(form.query_one("#error-draft_window", Static).render()), "the refusal beside the field")
+        await wait_for(lambda: "smaller than the block size 16" in
+                       str(form.query_one("#error-draft_window", Static).render()), 90,
+                       what="the refusal beside the field", pilot=pilot)
         assert isinstance(app.screen, DeployForm) and form.query_one("#error-draft_window").display
         assert has(events, "draft window 8 is smaller than the block size 16")
         assert server_info(action_lab)["speculative_draft_window_size"] == 16

@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 
+from conftest import wait_for
 from specconsole.config import Config, load_config
 from specconsole.lab.environment import Lab
 from specconsole.ui.app import ConsoleApp
@@ -38,16 +36,6 @@ def make_app(config: Config, **kwargs: Any) -> ConsoleApp:
     return ConsoleApp(config, themes=load_themes([BUNDLED_DIR]), **kwargs)
 
 
-async def wait_for(pilot: Pilot[Any], check: Callable[[], bool], what: str, timeout: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await pilot.pause(0.25)
-    app: ConsoleApp = pilot.app  # type: ignore[assignment]
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; screen:\n{app.screen_text()}")
-
-
 def host_pane(app: ConsoleApp, name: str) -> HostPane:
     return app.query_one(f"#host-{name}", HostPane)
 
@@ -68,7 +56,8 @@ async def test_panes_fill_with_real_values_from_both_hosts(lab: Lab, tmp_path: P
     app = make_app(lab_config(lab, tmp_path))
     async with app.run_test(size=(160, 48)) as pilot:
         train, serve = host_pane(app, "train"), host_pane(app, "serve")
-        await wait_for(pilot, lambda: len(train.row_keys) == 8 and len(serve.row_keys) == 2, "GPU rows of both hosts")
+        await wait_for(lambda: len(train.row_keys) == 8 and len(serve.row_keys) == 2, 45,
+                       what="GPU rows of both hosts", pilot=pilot)
         # stable row keys, one per GPU index, in index order
         assert train.row_keys == [f"gpu-{i}" for i in range(8)]
         assert [str(k.value) for k in train.table.rows] == [f"gpu-{i}" for i in range(8)]
@@ -76,14 +65,15 @@ async def test_panes_fill_with_real_values_from_both_hosts(lab: Lab, tmp_path: P
         assert [r[0] for r in rows] == [str(i) for i in range(8)]
         assert all(r[1] == "H200" and r[2].endswith("%") and "/140.4" in r[3] for r in rows)
         # the torchrun workers hold two of the training GPUs (the double follows the real processes)
-        await wait_for(pilot, lambda: sum(r[6] != "-" for r in cell_texts(train)) >= 1, "a training process")
+        await wait_for(lambda: sum(r[6] != "-" for r in cell_texts(train)) >= 1, 45,
+                       what="a training process", pilot=pilot)
 
         training = app.query_one(TrainingPane)
         serving = app.query_one(ServingPane)
-        await wait_for(pilot, lambda: re.search(r"step \[b\][0-9]", training.query_one(".body").text) is not None,
-                       "a training step from the torchrun log", timeout=60)
-        await wait_for(pilot, lambda: "healthy" in serving.query_one(".body").text, "SGLang healthy")
-        await wait_for(pilot, lambda: serving_tokens_per_s(app) is not None, "SGLang tokens/s")
+        await wait_for(lambda: re.search(r"step \[b\][0-9]", training.query_one(".body").text) is not None, 60,
+                       what="a training step from the torchrun log", pilot=pilot)
+        await wait_for(lambda: "healthy" in serving.query_one(".body").text, 45, what="SGLang healthy", pilot=pilot)
+        await wait_for(lambda: serving_tokens_per_s(app) is not None, 45, what="SGLang tokens/s", pilot=pilot)
         await pilot.pause(1.2)  # one more refresh tick
         screen = app.screen_text()
         assert "● connected" in screen
@@ -106,8 +96,8 @@ async def test_panes_fill_with_real_values_from_both_hosts(lab: Lab, tmp_path: P
 async def test_80x24_is_stacked_and_shows_both_hosts(lab: Lab, tmp_path: Path) -> None:
     app = make_app(lab_config(lab, tmp_path))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: len(host_pane(app, "serve").row_keys) == 2
-                       and len(host_pane(app, "train").row_keys) == 8, "GPU rows")
+        await wait_for(lambda: len(host_pane(app, "serve").row_keys) == 2
+                       and len(host_pane(app, "train").row_keys) == 8, 45, what="GPU rows", pilot=pilot)
         await pilot.pause(0.3)
         assert app.screen.has_class("-narrow")
         train, serve = host_pane(app, "train"), host_pane(app, "serve")
@@ -131,7 +121,7 @@ async def test_help_screen_lists_every_binding(lab: Lab, tmp_path: Path) -> None
     app = make_app(lab_config(lab, tmp_path))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), 45, what="the help screen", pilot=pilot)
         help_screen = app.screen
         assert isinstance(help_screen, HelpScreen)
         assert help_screen.rows == [s.id for s in REGISTRY]
@@ -140,7 +130,7 @@ async def test_help_screen_lists_every_binding(lab: Lab, tmp_path: Path) -> None
             assert spec.help[:40] in text, spec.id
             assert key_display(spec.key) in text
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "help to close")
+        await wait_for(lambda: not isinstance(app.screen, HelpScreen), 45, what="help to close", pilot=pilot)
         # the command palette offers every action too
         provider = ActionsProvider(app.screen)
         hits = [hit async for hit in provider.discover()]
@@ -152,10 +142,10 @@ async def check_read_only(app: ConsoleApp) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.2)
         assert app.read_only
-        bound = {b.action for _key, b in app._bindings}
+        bound = {b.binding.action for b in app.screen.active_bindings.values()}  # what Textual offers
         assert "kill_training" not in bound and "deploy" not in bound
         assert app.check_action("kill_training", ()) is False
-        await wait_for(pilot, lambda: "Help" in app.screen_text().splitlines()[-1], "the footer")
+        await wait_for(lambda: "Help" in app.screen_text().splitlines()[-1], 45, what="the footer", pilot=pilot)
         footer = app.screen_text().splitlines()[-1]
         assert "Kill training" not in footer and "Deploy" not in footer and "Help" in footer
         await pilot.press("k", "d")
@@ -169,7 +159,7 @@ async def check_read_only(app: ConsoleApp) -> None:
         listed = [str(h.display) async for h in provider.discover()]
         assert not any("Kill" in t or "Deploy" in t for t in listed)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), 45, what="the help screen", pilot=pilot)
         assert "kill_training" not in app.screen.rows and "deploy" not in app.screen.rows
         assert "Read-only mode" in app.screen_text()
 

@@ -2,7 +2,7 @@
 action running (the action view) at 80x24, 120x40 and 200x50, the plan dialog and the wizard.
 
 Live values change on every run, so these draw a fixed state: HostStatus objects built from the
-real source dataclasses (specconsole.ui.sample_data), a frozen clock, seeded histories, UTC.
+real source dataclasses (tests/sample_data.py), a frozen clock, seeded histories, UTC.
 Regenerate after an intended layout change with:
     .venv/bin/pytest tests/test_ui_snapshots.py --snapshot-update
 and look at the SVGs under tests/__snapshots__/test_ui_snapshots/ before committing them.
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+import sample_data as sd
 from specconsole.hosts import ConnState
-from specconsole.ui import sample_data as sd
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 

@@ -9,12 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import sys
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specconsole import __version__, paths
@@ -30,12 +27,11 @@ if TYPE_CHECKING:
 from specconsole.actions.steps import Steps
 
 
-def _say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 def resolve_config_path(given: str | None) -> str:
-    """--config, else $SPECCONSOLE_CONFIG / <config dir>/config.toml, else a running lab's."""
+    """--config, else $SPECCONSOLE_CONFIG, else <config dir>/config.toml; else one line saying how to get one.
+
+    A running lab is never picked silently: the console shows real hosts only when told to
+    (``specconsole demo`` opens the console on its own lab; ``--config`` names any other)."""
     from specconsole.config import default_config_path
 
     if given:
@@ -43,13 +39,8 @@ def resolve_config_path(given: str | None) -> str:
     found = default_config_path()
     if found:
         return found
-    from specconsole.lab.environment import running_lab
-
-    lab = running_lab()
-    if lab is not None and lab.config_path.exists():
-        return str(lab.config_path)
-    raise ConfigError("<no config>", None, "no config file given and no lab running",
-                      "pass --config FILE (see configs/example.toml), or start the lab: specconsole lab up")
+    raise ConfigError("<no config>", None, f"no config file given and none at {paths.default_config_file()}",
+                      "pass --config FILE (see configs/example.toml), or try the demo lab: specconsole demo")
 
 
 # ------------------------------------------------------------------------------- status
@@ -243,101 +234,13 @@ def _eval(args: argparse.Namespace) -> int:
     return run_eval_command(args, config, emit=emit)
 
 
-# --------------------------------------------------------------------------------- demo
-
-
-
-def _demo(args: argparse.Namespace) -> int:
-    """Start the lab, open the console on it, and stop everything on the way out."""
-    import os
-    import signal
-
-    from specconsole.lab.environment import Lab, LabOptions, default_demo_dir, owner_alive
-
-    lab_dir = Path(args.dir).expanduser() if args.dir else default_demo_dir()
-    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup), say=_say)
-    if lab.state.hosts:
-        owner = lab.state.owner_pid
-        if owner_alive(owner) and owner != os.getpid():
-            raise SpecConsoleError(
-                f"a demo is already running (pid {owner}, lab in {lab.dir}); attach to it with "
-                f"`specconsole --config {lab.config_path}` or stop it with `specconsole lab down --dir {lab.dir}`")
-        if lab.is_running():
-            _say(f"demo: a previous demo (pid {owner}) did not stop; stopping what it left running")
-        lab.down()
-
-    def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
-    _say(f"demo: starting the lab in {lab.dir} (two SSH hosts, a torchrun job, SGLang under systemctl)")
-    try:
-        lab.up(owner_pid=os.getpid())
-        if args.no_console:
-            _say(f"demo: lab running; console config {lab.config_path}; Ctrl-C stops it")
-            while True:
-                time.sleep(3600)
-        from specconsole.config import load_config
-        from specconsole.ui.app import run_console
-
-        _say("demo: opening the console (q quits and stops the demo)")
-        return run_console(load_config(lab.config_path), read_only=args.read_only, theme=args.theme,
-                           cleanup=lab.down)  # a forced exit still stops the lab
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        _say("demo: stopping everything the demo started")
-        lab.down()
-
-
-# ---------------------------------------------------------------------------------- lab
-
-def _lab(args: argparse.Namespace) -> int:
-    from specconsole.lab.environment import Lab, LabOptions
-
-    lab_dir = Path(args.dir).expanduser() if args.dir else None
-    if args.lab_command == "up":
-        options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer,
-                             sglang_version=args.sglang_version)
-        lab = Lab(lab_dir, options, say=_say)
-        try:
-            lab.up()
-        except BaseException:
-            _say("lab: start-up failed; stopping what was started")
-            lab.down()
-            raise
-        print(f"config: {lab.config_path}")
-        print(f"try:    specconsole status --config {lab.config_path}")
-        print(f"stop:   specconsole lab down{' --dir ' + str(lab.dir) if args.dir else ''}")
-        return 0
-    lab = Lab(lab_dir, say=_say)
-    if args.lab_command == "down":
-        if not lab.state.hosts:
-            _say(f"lab: nothing to stop in {lab.dir}")
-            return 0
-        lab.down()
-        return 0
-    # status: without --dir, the default lab or else the demo's
-    if not args.dir:
-        from specconsole.lab.environment import running_lab
-
-        lab = running_lab() or lab
-    running = lab.is_running()
-    print(json.dumps({"dir": str(lab.dir), "running": running,
-                      "config": str(lab.config_path) if running else None}, indent=2))
-    return 0 if running else 1
-
-
 # --------------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specconsole", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"specconsole {__version__}")
     p.add_argument("--config", help="console config (TOML); default: $SPECCONSOLE_CONFIG, "
-                   f"{paths.default_config_file()}, or the running lab's")
+                   f"else {paths.default_config_file()}")
     p.add_argument("--read-only", action="store_true", help="console: remove every destructive binding")
     p.add_argument("--theme", help="console: theme name (shipped, or from <config dir>/themes/; t cycles them)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -384,21 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_parser(sub)
 
-    de = sub.add_parser("demo", help="the whole workflow on this machine: start the lab, open the console on it")
-    de.add_argument("--dir", help=f"demo lab folder (default {paths.state_dir() / 'demo'})")
-    de.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
-    de.add_argument("--no-console", action="store_true", help="start the lab only and wait (Ctrl-C stops it)")
+    from specconsole.lab.commands import add_lab_parsers  # the only import of the lab outside it
 
-    lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
-    lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
-    up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
-    up.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
-    up.add_argument("--sglang-version", default="0.5.23",
-                    help="the serving host's simulated SGLang: 0.5.23, or 0.5.24+ddtree (with DDTree)")
-    up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
-    for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
-                   lab_sub.add_parser("status", help="is the lab running, and where is its config")):
-        action.add_argument("--dir", help=f"lab folder (default {paths.state_dir() / 'lab'})")
+    add_lab_parsers(sub)
     return p
 
 
@@ -409,10 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "status":
             return asyncio.run(_status(args))
-        if args.command == "lab":
-            return _lab(args)
-        if args.command == "demo":
-            return _demo(args)
+        if args.command in ("lab", "demo"):
+            from specconsole.lab.commands import run_lab_command
+
+            return run_lab_command(args)
         if args.command == "eval":
             return _eval(args)
         if args.command == "kill-training":

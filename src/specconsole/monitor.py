@@ -16,6 +16,7 @@ from typing import Any
 from specconsole.config import Config, HostConfig
 from specconsole.events import EventLog
 from specconsole.hosts import Connection, ConnState, Host, make_host
+from specconsole.hosts.address import ssh_address
 from specconsole.samples import Sample
 from specconsole.shutdown import STOP_TIMEOUT_S
 
@@ -172,7 +173,7 @@ class HostMonitor:
         c = self.config
         address = "local"
         if c.connect == "ssh":
-            address = f"{c.user + '@' if c.user else ''}{c.host}{':' + str(c.port) if c.port else ''}"
+            address = ssh_address(c)
         return HostStatus(
             name=c.name, role=c.role, address=address, connection=self.host.status,
             gpu=self.samples.get("gpu"), sglang=self.samples.get("sglang"),

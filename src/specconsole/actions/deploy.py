@@ -38,7 +38,7 @@ from specconsole.actions.algorithms import (
     plan_settings,
 )
 from specconsole.actions.privilege import ALIVE_SH, Privilege, PrivilegeRefused, agent_python, alive_argv
-from specconsole.actions.steps import HEARTBEAT_EVERY_S, Steps, _short
+from specconsole.actions.steps import HEARTBEAT_S, Steps, shorten
 from specconsole.config import HostConfig
 from specconsole.errors import HostUnavailable, SpecConsoleError
 from specconsole.hosts import CommandResult, Host
@@ -349,11 +349,9 @@ async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | No
     url = cfg.sglang.base_url
     try:
         if cfg.sglang.tunnel:
-            from urllib.parse import urlsplit
+            from specconsole.hosts.address import tunnel_url
 
-            u = urlsplit(url)
-            local = await host.reach(u.hostname or "127.0.0.1", u.port or 80)
-            url = f"{u.scheme}://{local[0]}:{local[1]}"
+            url = await tunnel_url(host, url)
         async with SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key) as client:
             info = await client.server_info()
     except Exception as err:
@@ -482,7 +480,7 @@ async def _reconnect(host: Host, steps: Steps, why: str, then: str) -> None:
                f"reconnecting to follow it")
     await asyncio.sleep(0.2)   # let the host notice a half-closed connection
     started = time.monotonic()
-    while not await host.wait_connected(HEARTBEAT_EVERY_S):
+    while not await host.wait_connected(HEARTBEAT_S):
         steps.emit("heartbeat", f"waiting to reconnect to {host.name} for "
                    f"{time.monotonic() - started:.0f}s; last seen: {host.status.last_error}")
     steps.info(f"reconnected to {host.name}; re-attaching to the deploy: {then}")
@@ -507,11 +505,11 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> D
                 try:
                     while True:
                         try:
-                            line = await asyncio.wait_for(lines.get(), HEARTBEAT_EVERY_S)
+                            line = await asyncio.wait_for(lines.get(), HEARTBEAT_S)
                         except TimeoutError:
                             quiet = time.monotonic() - last
                             steps.emit("heartbeat", f"waiting for the deploy agent on {host.name}: no event for "
-                                       f"{quiet:.1f}s; last: {_short(last_msg)}")
+                                       f"{quiet:.1f}s; last: {shorten(last_msg)}")
                             if quiet > AGENT_SILENT_S:
                                 crashed = await _agent_gone(host, plan)
                                 if crashed is not None:

@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from specconsole.actions.steps import Steps
+from specconsole.actions.steps import Steps, shorten
 from specconsole.config import HostConfig, KillConfig, TrainingConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.formats.nvidia_smi import GpuProcess, GpuReading, parse_app_lines, parse_gpu_lines
@@ -81,7 +81,7 @@ class JobPlan:
                 held = ", ".join(f"GPU {g.gpu_index if g.gpu_index is not None else '?'}: "
                                  f"{g.used_memory_mib:.0f} MiB" if g.used_memory_mib is not None else "n/a"
                                  for g in gpus)
-                lines.append(f"  {role:8} pid {p.pid} (pgid {p.pgid})  {_short(p.args)}"
+                lines.append(f"  {role:8} pid {p.pid} (pgid {p.pgid})  {shorten(p.args, 70)}"
                              + (f"  [{held}]" if held else ""))
         total = sum(g.used_memory_mib or 0 for gs in self.gpu_procs.values() for g in gs)
         if total:
@@ -230,7 +230,7 @@ async def _pid_file_mismatch(host: Host, kill: KillConfig, proc: Proc, steps: St
     The process must look like the job (torchrun, or the configured pattern) and must not have
     started after the pid file was last written.
     """
-    where = f"pid file {kill.pid_file} names pid {proc.pid} ({_short(proc.args, 50)})"
+    where = f"pid file {kill.pid_file} names pid {proc.pid} ({shorten(proc.args, 50)})"
     looks_like_job = bool(TORCHRUN.search(proc.args)) or bool(kill.pattern and re.search(kill.pattern, proc.args))
     if not looks_like_job:
         wanted = "torchrun" + (f" or {kill.pattern!r}" if kill.pattern else "")
@@ -343,7 +343,7 @@ async def final_step(host: Host, training: TrainingConfig, steps: Steps) -> int 
     for line in reversed(res.stdout.splitlines()):
         record = parser.parse(line).record
         if record is not None and record.step is not None:
-            steps.info(f"the log ends at step {record.step}: {_short(line.strip(), 80)}")
+            steps.info(f"the log ends at step {record.step}: {shorten(line.strip(), 80)}")
             return record.step
     steps.warn(f"no step in the last {FINAL_LINES} lines of {training.log_path}")
     return None
@@ -369,7 +369,3 @@ def _quiet(steps: Steps) -> Steps:
 
 def _mib(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} MiB"
-
-
-def _short(text: str, width: int = 70) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"

@@ -26,9 +26,8 @@ Kind = Literal["step", "command", "result", "heartbeat", "info", "warning", "err
 
 #: During any wait a heartbeat follows this long after the last event: the promise is one status
 #: line at least every second, and the margin absorbs a busy event loop.
+#: Console-side wait loops (reconnect, progress queue) wake up this often to heartbeat, too.
 HEARTBEAT_S = 0.5
-#: How often a console-side wait loop (reconnect, progress queue) wakes up to heartbeat.
-HEARTBEAT_EVERY_S = HEARTBEAT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +115,7 @@ class Steps:
         self.emit("command", line, command=line, host=host.name)
         task = asyncio.ensure_future(host.run(cmd, timeout=timeout, input=input))
         started = time.monotonic()
-        await self._beat_while(task, lambda: f"waiting for `{_short(line)}` on {host.name}", started)
+        await self._beat_while(task, lambda: f"waiting for `{shorten(line)}` on {host.name}", started)
         try:
             res = task.result()
         except HostUnavailable as err:
@@ -125,7 +124,7 @@ class Steps:
             raise
         if res.exit_status is None:
             self.emit("result", f"exit status unknown: the connection to {host.name} dropped before "
-                      f"`{_short(line)}` reported one (it may or may not have run)",
+                      f"`{shorten(line)}` reported one (it may or may not have run)",
                       command=line, took_s=res.elapsed_s, host=host.name)
             return res
         text = summary(res) if summary else _first_line(res)
@@ -188,7 +187,8 @@ def audit(events: EventLog, also: Emit | None = None) -> Emit:
     return emit
 
 
-def _short(line: str, width: int = 60) -> str:
+def shorten(line: str, width: int = 60) -> str:
+    """``line`` cut to ``width`` characters, ending in … when cut."""
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -197,4 +197,4 @@ def _first_line(res: CommandResult) -> str:
     if not text:
         return ""
     more = f" (+{len(text) - 1} lines)" if len(text) > 1 else ""
-    return _short(text[0], 100) + more
+    return shorten(text[0], 100) + more

@@ -28,6 +28,7 @@ from specconsole.actions.steps import Steps
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult, make_run_id, utc_now_iso
 from specconsole.eval.suite import Suite, Task
 from specconsole.sglang import ServerInfo, SglangClient, SglangError
+from specconsole.values import as_int
 
 #: Called after each task: (result, tasks finished so far, total tasks).
 OnResult = Callable[[TaskResult, int, int], None]
@@ -49,10 +50,6 @@ def deployment_from(info: ServerInfo, url: str | None = None) -> Deployment:
     raw = info.raw
     algo = info.algorithm
 
-    def _int(key: str) -> int | None:
-        v = raw.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-
     server_args: dict[str, Any] = {}
     if algo:
         server_args = {k: v for k, v in sorted(raw.items()) if v is not None and (
@@ -72,9 +69,9 @@ def deployment_from(info: ServerInfo, url: str | None = None) -> Deployment:
         model=info.model_path,
         sglang_version=info.version,
         num_draft_tokens=info.num_draft_tokens if algo else None,
-        num_steps=_int("speculative_num_steps") if algo else None,
-        topk=_int("speculative_eagle_topk") if algo else None,
-        tree_budget=_int("speculative_ddtree_budget") if algo else None,
+        num_steps=as_int(raw.get("speculative_num_steps")) if algo else None,
+        topk=as_int(raw.get("speculative_eagle_topk")) if algo else None,
+        tree_budget=as_int(raw.get("speculative_ddtree_budget")) if algo else None,
         url=url,
         server_args=server_args,
     )
@@ -98,13 +95,13 @@ def measure(task: Task, response: dict[str, Any], dep: Deployment, *, max_new_to
                           client_latency_s=client_latency_s)
     text = response.get("text") if keep_text and isinstance(response.get("text"), str) else None
     base: dict[str, Any] = {"max_new_tokens": max_new_tokens, "client_latency_s": client_latency_s,
-                            "meta_info": meta, "text": text, "prompt_tokens": _int_or_none(meta.get("prompt_tokens"))}
-    completion = _int_or_none(meta.get("completion_tokens"))
+                            "meta_info": meta, "text": text, "prompt_tokens": as_int(meta.get("prompt_tokens"))}
+    completion = as_int(meta.get("completion_tokens"))
     if completion is None or completion < 0:
         return TaskResult(task.name, ok=False, error=f"meta_info.completion_tokens is missing or invalid: "
                           f"{meta.get('completion_tokens')!r}", **base)
     verify_raw = meta.get("spec_verify_ct")
-    verify = _int_or_none(verify_raw)
+    verify = as_int(verify_raw)
     if verify_raw is not None and (verify is None or verify < 0):
         return TaskResult(task.name, ok=False, error=f"meta_info.spec_verify_ct is invalid: {verify_raw!r}", **base)
     if verify is not None:
@@ -118,16 +115,6 @@ def measure(task: Task, response: dict[str, Any], dep: Deployment, *, max_new_to
     tps = completion / latency if latency > 0 else None
     return TaskResult(task.name, ok=True, acceptance_length=accept, tokens_per_s=tps, latency_s=latency,
                       completion_tokens=completion, verify_ct=verify, **base)
-
-
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def _progress_line(r: TaskResult, done: int, total: int) -> str:

@@ -21,8 +21,10 @@ from typing import Any
 
 import asyncssh
 
+from specconsole.backoff import backoff_delay
 from specconsole.config import HostConfig
 from specconsole.errors import HostError, HostKeyError, HostUnavailable
+from specconsole.hosts.address import ssh_address
 from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, stdin_watchdog, to_shell
 
@@ -32,11 +34,6 @@ RECONNECTING_ATTEMPTS = 3
 CLOSE_TIMEOUT_S = 1.0
 #: Closing one stream: how long its channel gets to close (the remote watchdog ends the command).
 STREAM_CLOSE_TIMEOUT_S = 3.0
-
-
-def backoff_delay(attempt: int, initial: float, cap: float) -> float:
-    """Delay before retry ``attempt`` (1-based): initial, 2x, 4x ... capped at ``cap``."""
-    return min(cap, initial * (2 ** max(0, attempt - 1)))
 
 
 class SshStream(StreamProcess):
@@ -96,9 +93,7 @@ class SshHost(Host):
 
     @property
     def address(self) -> str:
-        port = f":{self.config.port}" if self.config.port else ""
-        user = f"{self.config.user}@" if self.config.user else ""
-        return f"{user}{self.config.host}{port}"
+        return ssh_address(self.config)
 
     # -- connection supervision ---------------------------------------------------------
     async def start(self) -> None:

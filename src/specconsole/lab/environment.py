@@ -41,6 +41,7 @@ from pathlib import Path
 
 from specconsole import paths
 from specconsole.errors import SpecConsoleError
+from specconsole.lab.procs import alive, descendants, start_time
 from specconsole.lab.sglang_versions import BASE_VERSION, VERSION_ENV, VERSIONS
 
 Say = Callable[[str], None]
@@ -88,7 +89,7 @@ class LabState:
         """Whether ``pid`` is still the process the lab started (not a reused pid)."""
         if not pid or str(pid) not in self.started:
             return False
-        return start_time(pid) == self.started[str(pid)] and _alive(pid)
+        return start_time(pid) == self.started[str(pid)] and alive(pid)
 
     def save(self) -> None:
         path = Path(self.dir) / "state.json"
@@ -391,7 +392,7 @@ class Lab:
         """Stop a host's sshd and every session it serves (the host 'goes away')."""
         h = self.state.hosts[name]
         if h.sshd_pid and self.state.ours(h.sshd_pid):
-            for pid in _descendants(h.sshd_pid):
+            for pid in descendants(h.sshd_pid):
                 _signal(pid, signal.SIGKILL)
             _signal(h.sshd_pid, signal.SIGKILL)
             _wait_dead([h.sshd_pid], 5)
@@ -443,7 +444,7 @@ class Lab:
     def stop_trainer(self) -> None:
         pid = self.state.trainer_pid
         if pid and self.state.ours(pid):
-            tree = [pid, *_descendants(pid)]
+            tree = [pid, *descendants(pid)]
             _signal(pid, signal.SIGTERM)
             if not _wait_dead(tree, 15):
                 for p in tree:
@@ -529,50 +530,39 @@ class Lab:
         t, v = s.hosts["train"], s.hosts["serve"]
         key = self.keys / "client_ed25519"
         text = f"""# specconsole config for the lab in {self.dir} (written by `specconsole lab up`)
-[console]
-refresh_s = 1.0
-audit_log = {_q(self.dir / "audit.log")}
-state_dir = {_q(self.dir / "console-state")}
-
-[ssh]
-known_hosts = {_q(self.keys / "known_hosts")}
-keepalive_s = 5
-connect_timeout_s = 5
-backoff_initial_s = 0.5
-backoff_max_s = 4
-
+{console_and_ssh(self, self.dir / "audit.log", self.dir / "console-state", connect_timeout_s=5)}
 [[hosts]]
 name = "train"
 role = "train"
 connect = "ssh"
-host = {_q(t.address)}
+host = {toml_str(t.address)}
 port = {t.port}
 user = "root"
-identity_file = {_q(key)}
+identity_file = {toml_str(key)}
 
 [hosts.gpu]
 source = "nvidia-smi"
 interval_s = {o.gpu_interval_s}
 
 [hosts.training]
-log_path = {_q(self.train_log)}
+log_path = {toml_str(self.train_log)}
 total_epochs = {o.trainer_epochs}
 steps_per_epoch = {o.trainer_steps_per_epoch}
 stall_warning_min = 2
 
 [hosts.training.kill]
-pid_file = {_q(self.trainer_pid_file)}
-pattern = {_q(re.escape(f"specconsole.lab.trainer --log-path {self.train_log}"))}
+pid_file = {toml_str(self.trainer_pid_file)}
+pattern = {toml_str(re.escape(f"specconsole.lab.trainer --log-path {self.train_log}"))}
 grace_s = 30
 
 [[hosts]]
 name = "serve"
 role = "serve"
 connect = "ssh"
-host = {_q(v.address)}
+host = {toml_str(v.address)}
 port = {v.port}
 user = "root"
-identity_file = {_q(key)}
+identity_file = {toml_str(key)}
 
 [hosts.gpu]
 source = "nvidia-smi"
@@ -584,7 +574,7 @@ base_url = "http://127.0.0.1:{s.sglang_port}"
 tunnel = {"true" if o.tunnel else "false"}
 interval_s = {o.sglang_interval_s}
 timeout_s = 3.0
-draft_model_path = {_q(self.draft_model_dir())}
+draft_model_path = {toml_str(self.draft_model_dir())}
 """
         _write(self.config_path, text)
         return self.config_path
@@ -592,8 +582,24 @@ draft_model_path = {_q(self.draft_model_dir())}
 
 # ---------------------------------------------------------------------------------------------- helpers
 
-def _q(value: object) -> str:
+def toml_str(value: object) -> str:
     return json.dumps(str(value))  # a TOML basic string
+
+
+def console_and_ssh(lab: Lab, audit_log: Path, state_dir: Path, *, connect_timeout_s: float) -> str:
+    """The ``[console]`` and ``[ssh]`` tables of a config for the lab's hosts (quick reconnects)."""
+    return f"""[console]
+refresh_s = 1.0
+audit_log = {toml_str(audit_log)}
+state_dir = {toml_str(state_dir)}
+
+[ssh]
+known_hosts = {toml_str(lab.keys / "known_hosts")}
+keepalive_s = 5
+connect_timeout_s = {connect_timeout_s:g}
+backoff_initial_s = 0.5
+backoff_max_s = 4
+"""
 
 
 def _pairs(args: list[str]) -> list[list[str]]:
@@ -618,23 +624,7 @@ def _gpu(index: int, name: str, total: int, limit: float, idle_util: int) -> dic
 
 def owner_alive(pid: int | None) -> bool:
     """Whether the process that started a lab still runs."""
-    return _alive(pid)
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
+    return alive(pid)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -642,47 +632,18 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError):
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            kids.setdefault(ppid, []).append(int(d.name))
-    return kids
-
-
-def _descendants(pid: int) -> list[int]:
-    kids = _children_map()
-    out, todo = [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def _wait_dead(pids: list[int], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(_alive(p) for p in pids):
+        if not any(alive(p) for p in pids):
             return True
         time.sleep(0.1)
-    return not any(_alive(p) for p in pids)
+    return not any(alive(p) for p in pids)
 
 
 #: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
 #: merely runs inside a lab host's SSH session).
 LAB_PROGRAMS = ("sshd", "specconsole.lab.", "torch.distributed.run", "agent.py", "systemctl3", "tail -")
-
-
-def start_time(pid: int) -> int | None:
-    """A process's start time in clock ticks after boot (``/proc/PID/stat`` field 22), or None."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _spawn(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:

@@ -13,11 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specconsole.lab.environment import Lab
-
-
-def _q(value: object) -> str:
-    return json.dumps(str(value))  # a TOML basic string
+from specconsole.lab.environment import Lab, console_and_ssh, toml_str
 
 
 def write_training_log(path: Path, steps: int = 20) -> Path:
@@ -34,18 +30,7 @@ def write_fleet_config(lab: Lab, path: Path, hosts: int, *, log_path: Path, audi
     """Write a config of ``hosts`` SSH hosts (plus one local host if ``local``) to ``path``."""
     key = lab.keys / "client_ed25519"
     lab_hosts = [lab.state.hosts[n] for n in ("train", "serve")]
-    parts = [f"""[console]
-refresh_s = 1.0
-audit_log = {_q(audit_log)}
-state_dir = {_q(state_dir)}
-
-[ssh]
-known_hosts = {_q(lab.keys / "known_hosts")}
-keepalive_s = 5
-connect_timeout_s = 10
-backoff_initial_s = 0.5
-backoff_max_s = 4
-"""]
+    parts = [console_and_ssh(lab, audit_log, state_dir, connect_timeout_s=10)]
     entries = [(f"h{i:03d}", lab_hosts[i % 2]) for i in range(hosts)]
     if local:
         entries.append(("local", None))
@@ -53,8 +38,8 @@ backoff_max_s = 4
         if h is None:
             how = 'connect = "local"'
         else:
-            how = (f'connect = "ssh"\nhost = {_q(h.address)}\nport = {h.port}\nuser = "root"\n'
-                   f"identity_file = {_q(key)}")
+            how = (f'connect = "ssh"\nhost = {toml_str(h.address)}\nport = {h.port}\nuser = "root"\n'
+                   f"identity_file = {toml_str(key)}")
         gpu = "nvidia-smi" if h is None or (gpu_every > 0 and i % gpu_every == 0) else "none"
         parts.append(f"""[[hosts]]
 name = "{name}"
@@ -66,7 +51,7 @@ source = "{gpu}"
 interval_s = {gpu_interval_s}
 
 [hosts.training]
-log_path = {_q(log_path)}
+log_path = {toml_str(log_path)}
 total_epochs = 1
 steps_per_epoch = 1000
 """)

@@ -6,17 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
+from specconsole.values import as_int
 
 
 def _float(value: Any) -> float | None:
@@ -27,8 +17,8 @@ def _float(value: Any) -> float | None:
 
 
 
-def _first_int(data: dict[str, Any], *keys: str) -> int | None:
-    return next((v for v in (_int(data.get(k)) for k in keys) if v is not None), None)
+def _firstas_int(data: dict[str, Any], *keys: str) -> int | None:
+    return next((v for v in (as_int(data.get(k)) for k in keys) if v is not None), None)
 
 
 #: Algorithms whose verify block is ``speculative_num_draft_tokens`` (DDTREE runs DFLASH's drafter).
@@ -63,8 +53,8 @@ class ServerInfo:
     def from_json(cls, data: dict[str, Any]) -> ServerInfo:
         algo = data.get("speculative_algorithm")
         algo = algo.upper() if isinstance(algo, str) and algo else None
-        ndt = _int(data.get("speculative_num_draft_tokens"))
-        block = _int(data.get("speculative_dflash_block_size"))
+        ndt = as_int(data.get("speculative_num_draft_tokens"))
+        block = as_int(data.get("speculative_dflash_block_size"))
         if block is None and algo in BLOCK_ALGORITHMS:
             block = ndt
         lengths = []
@@ -84,10 +74,10 @@ class ServerInfo:
             draft_model_path=draft if isinstance(draft, str) else None,
             block_size=block,
             num_draft_tokens=ndt,
-            draft_window=_first_int(data, "speculative_draft_window_size", "speculative_dflash_draft_window_size"),
+            draft_window=_firstas_int(data, "speculative_draft_window_size", "speculative_dflash_draft_window_size"),
             model_path=model if isinstance(model, str) else None,
             avg_accept_length=sum(lengths) / len(lengths) if lengths else None,
-            tree_budget=_int(data.get("speculative_ddtree_budget")) if algo == "DDTREE" else None,
+            tree_budget=as_int(data.get("speculative_ddtree_budget")) if algo == "DDTREE" else None,
             raw=data,
         )
 

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 
+from specconsole.backoff import Backoff
 from specconsole.config import GpuConfig
 from specconsole.errors import HostUnavailable
 from specconsole.formats.nvidia_smi import (
@@ -31,8 +32,6 @@ from specconsole.sources import Publish
 
 log = logging.getLogger(__name__)
 
-BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 15.0
 
 
 class NvidiaSmiSource:
@@ -124,7 +123,7 @@ class NvidiaSmiSource:
 
     # -- query-gpu stream --------------------------------------------------------------------
     async def _run_gpus(self, publish: Publish[GpuSnapshot]) -> None:
-        backoff = BACKOFF_INITIAL_S
+        backoff = Backoff()
         while True:
             await self.host.wait_connected()
             produced = False
@@ -143,13 +142,13 @@ class NvidiaSmiSource:
             except Exception as err:  # any transport failure: report it, retry, never die
                 state, message = GpuState.ERROR, f"{self.host.name}: `{self.command}` failed: {err}"
             if produced:
-                backoff = BACKOFF_INITIAL_S
+                backoff.reset()
             snap = error_snapshot(state, message)
             self.last = snap
             log.info("%s", message)
-            publish(Sample(snap, at=snap.at, interval=max(self.interval, backoff)))
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
+            delay = backoff.next()
+            publish(Sample(snap, at=snap.at, interval=max(self.interval, delay)))
+            await asyncio.sleep(delay)
 
     async def _consume_gpus(
         self, proc: StreamProcess, publish: Publish[GpuSnapshot]
@@ -200,7 +199,7 @@ class NvidiaSmiSource:
         )
 
     async def _run_apps(self) -> None:
-        backoff = BACKOFF_INITIAL_S
+        backoff = Backoff()
         while True:
             await self.host.wait_connected()
             started = time.monotonic()
@@ -235,9 +234,8 @@ class NvidiaSmiSource:
                 self._apps_last_line = None
                 self._apps_started_at = None
             if time.monotonic() - started > 4 * self.interval + 2:
-                backoff = BACKOFF_INITIAL_S
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
+                backoff.reset()
+            await asyncio.sleep(backoff.next())
 
 
 class _GpuBatcher:

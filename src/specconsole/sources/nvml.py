@@ -10,6 +10,7 @@ import time
 from types import ModuleType
 from typing import Any
 
+from specconsole.backoff import Backoff
 from specconsole.config import GpuConfig
 from specconsole.formats.nvidia_smi import (
     GpuProcess,
@@ -20,7 +21,6 @@ from specconsole.formats.nvidia_smi import (
 )
 from specconsole.samples import Sample
 from specconsole.sources import Publish
-from specconsole.sources.nvidia_smi import BACKOFF_INITIAL_S, BACKOFF_MAX_S
 
 _DRIVER_ERRORS = (
     "NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded", "NVMLError_Uninitialized",
@@ -66,17 +66,16 @@ class NvmlSource:
         self._seen: set[int] = set()
 
     async def run(self, publish: Publish[GpuSnapshot]) -> None:
-        backoff = BACKOFF_INITIAL_S
+        backoff = Backoff()
         try:
             while True:
                 started = time.monotonic()
                 snap = await asyncio.to_thread(self.poll)
                 if snap.ok:
-                    backoff = BACKOFF_INITIAL_S
+                    backoff = Backoff()
                     delay, interval = self.interval, self.cfg.interval_s
                 else:  # retry nvmlInit with a backoff; the sample stays fresh until then
-                    delay = interval = max(self.interval, backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    delay = interval = max(self.interval, backoff.next())
                 publish(Sample(snap, at=snap.at, interval=interval))
                 await asyncio.sleep(max(0.0, started + delay - time.monotonic()))
         finally:

@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from specconsole.backoff import INITIAL_S, MAX_S, Backoff
 from specconsole.config import TrainingConfig
 from specconsole.errors import HostError, HostUnavailable
 from specconsole.formats.training_log import (
@@ -92,7 +93,7 @@ class TrainingSource:
     """
 
     def __init__(self, host: Host, cfg: TrainingConfig, *, interval_s: float = 1.0,
-                 backoff_initial_s: float = 0.5, backoff_max_s: float = 15.0) -> None:
+                 backoff_initial_s: float = INITIAL_S, backoff_max_s: float = MAX_S) -> None:
         self.host = host
         self.cfg = cfg
         self.interval_s = interval_s
@@ -171,7 +172,7 @@ class TrainingSource:
             self.tracker.set_error(None)
 
     async def _tail_forever(self) -> None:
-        backoff = self._backoff_initial
+        delays = Backoff(self._backoff_initial, self._backoff_max)
         while True:
             await self.host.wait_connected()
             got_lines = False
@@ -213,8 +214,7 @@ class TrainingSource:
                 self._dirty.set()
             finally:
                 self._proc = None
-            backoff = self._backoff_initial if got_lines else min(backoff * 2, self._backoff_max)
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(delays.reset() if got_lines else delays.double())
 
     async def _precheck(self) -> None:
         """Say "not found yet" before tail starts waiting for a missing file."""

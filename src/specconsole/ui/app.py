@@ -64,7 +64,7 @@ from specconsole.ui.panes import (
     View,
 )
 from specconsole.ui.provider import StatusProvider
-from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, plan_keys
+from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, keymap, plan_keys, registry_bindings
 from specconsole.ui.screens import ConfirmScreen, HelpScreen
 from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
 
@@ -92,6 +92,7 @@ class ConsoleApp(App[int]):
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (40, "-tall")]
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape", "close_action_view", "Close action view", show=False),
+        *registry_bindings(),  # default keys; [keys] remaps them by id through Textual's keymap
     ]
 
     def __init__(self, config: Config, *, fleet: StatusProvider | None = None, read_only: bool = False,
@@ -165,19 +166,9 @@ class ConsoleApp(App[int]):
 
     # -- set-up ----------------------------------------------------------------------------
     def _install_bindings(self) -> None:
-        """The registry's bindings, with their resolved keys and ids, replace Textual's palette key."""
-        by_key = self._bindings.key_to_bindings
-        for key in list(by_key):
-            by_key[key] = [b for b in by_key[key] if b.action not in ("command_palette", "app.command_palette")]
-            if not by_key[key]:
-                del by_key[key]
-        for bound in self.key_plan.bound:
-            if bound.key is None:
-                continue
-            spec = bound.spec
-            by_key.setdefault(bound.key, []).append(Binding(
-                bound.key, spec.id, spec.description, show=spec.show, id=spec.id, tooltip=spec.help,
-                priority=spec.id == "command_palette"))
+        """``[keys]``, as resolved by the registry's plan, becomes Textual's keymap (binding ids are
+        the registry's action ids); a remapped key displaces the binding that had it by default."""
+        self.set_keymap(keymap(self.key_plan))
 
     def _register_themes(self) -> None:
         for warning in self.loaded_themes.warnings:
@@ -200,7 +191,7 @@ class ConsoleApp(App[int]):
                     yield ServingPane(h, id=f"serving-{_dom_id(h.name)}")
                 for h in self.config.train_hosts:
                     yield TrainingPane(h, id=f"training-{_dom_id(h.name)}")
-                yield EvalPane(id="eval", start_run=self._start_eval)
+                yield EvalPane(id="eval")
             yield EventsPane(self.events, id="events")
         yield ActionPanel(id="action")
         yield Footer()
@@ -466,13 +457,18 @@ class ConsoleApp(App[int]):
     def action_eval_run(self) -> None:
         self.query_one(EvalPane).action_start_run()
 
+    def on_eval_pane_run_requested(self, message: EvalPane.RunRequested) -> None:
+        """``e`` (or the palette) in the eval pane: measure the configured serving host."""
+        message.pane.start(self._start_eval)
+
     async def _start_eval(self, emit: Callable[[Any], None], on_result: Callable[[Any], None]) -> Any:
         """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
         from specconsole.actions.steps import audit
-        from specconsole.eval.cli import start_eval
+        from specconsole.eval.start import start_eval
         from specconsole.ui.flows import serving_state
 
         serve = self.config.serve_hosts[0].name if self.config.serve_hosts else ""
+        monitor = getattr(self.fleet, "monitors", {}).get(serve)  # its connection carries the tunnel
         panel = self.open_action("eval", "Eval run", serve, scroll_to="eval",
                                  state=(lambda: serving_state(self, serve)) if serve else None)
 
@@ -481,7 +477,8 @@ class ConsoleApp(App[int]):
             self.action_emit(event)
 
         try:
-            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result)
+            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result,
+                                    connection=monitor.host if monitor is not None else None)
         except Exception as err:
             if panel.track is not None and panel.track.action == "eval" and not panel.track.finished:
                 self.action_emit(StepEvent("eval", "failed", str(err).splitlines()[0] if str(err) else repr(err)))

@@ -1,9 +1,6 @@
 """The eval pane: choose stored runs, see them side by side, start a run and watch it live.
 
-A self-contained widget (drop-in for the placeholder ``panes.EvalPane``)::
-
-    EvalPane(store=ResultStore(), start_run=lambda emit, on_result: start_eval(config, emit=emit,
-                                                                               on_result=on_result))
+A self-contained widget: ``EvalPane(store=ResultStore())``; the app reacts to its messages.
 
 * left: the stored runs (a :class:`SelectionList`; space toggles a run, ``b`` makes the highlighted
   run the baseline, marked ★). Two or more selected runs fill the table.
@@ -12,9 +9,10 @@ A self-contained widget (drop-in for the placeholder ``panes.EvalPane``)::
   and the worst in the error colour, and a "tok/s vs vanilla" row when a vanilla run is selected.
 * bottom: the live progress of a run: one line per task from the runner's step events.
 
-``e`` starts a run through ``start_run`` (an async callable receiving the step-event emitter and
-the per-task callback; it must save the run and return it). Without ``start_run`` the pane posts
-:class:`EvalPane.RunRequested` for the app to handle. ``m`` cycles the metric.
+``e`` posts :class:`EvalPane.RunRequested`; the app handles it (``on_eval_pane_run_requested``)
+by calling :meth:`EvalPane.start` with the run to make (an async callable receiving the step-event
+emitter and the per-task callback; it must save the run and return it). The pane shows its
+progress and posts :class:`EvalPane.RunFinished` or :class:`EvalPane.RunFailed`. ``m`` cycles the metric.
 """
 
 from __future__ import annotations
@@ -78,7 +76,11 @@ class EvalPane(Vertical):
     ]
 
     class RunRequested(Message):
-        """``e`` was pressed and the pane has no ``start_run``: the app may start one."""
+        """``e`` was pressed and no run is in progress: the app may start one (:meth:`EvalPane.start`)."""
+
+        def __init__(self, pane: EvalPane) -> None:
+            super().__init__()
+            self.pane = pane
 
     class RunFinished(Message):
         def __init__(self, run: EvalRun) -> None:
@@ -90,11 +92,10 @@ class EvalPane(Vertical):
             super().__init__()
             self.error = error
 
-    def __init__(self, store: ResultStore | None = None, start_run: StartRun | None = None, *,
-                 metric: str = "acceptance_length", id: str | None = None, classes: str = "pane eval-pane") -> None:
+    def __init__(self, store: ResultStore | None = None, *, metric: str = "acceptance_length",
+                 id: str | None = None, classes: str = "pane eval-pane") -> None:
         super().__init__(id=id, classes=classes)
         self.store = store or ResultStore()
-        self.start_run = start_run
         self.metric = metric
         self.runs: list[EvalRun] = []
         self.baseline_id: str | None = None
@@ -339,17 +340,21 @@ class EvalPane(Vertical):
         if self.running:
             self.notify("an eval run is already in progress", severity="warning")
             return
-        if self.start_run is None:
-            self.post_message(self.RunRequested())
-            return
+        self.post_message(self.RunRequested(self))
+
+    def start(self, start_run: StartRun) -> bool:
+        """Make the run ``start_run`` (the app's answer to :class:`RunRequested`), its progress shown
+        here; False when a run is already in progress."""
+        if self.running:
+            return False
         self.running = True
         self._set_progress("eval: starting…")
-        self.run_worker(self._run(), group="eval-run", exclusive=True, exit_on_error=False)
+        self.run_worker(self._run(start_run), group="eval-run", exclusive=True, exit_on_error=False)
+        return True
 
-    async def _run(self) -> None:
-        assert self.start_run is not None
+    async def _run(self, start_run: StartRun) -> None:
         try:
-            run = await self.start_run(self.feed, self.on_task_result)
+            run = await start_run(self.feed, self.on_task_result)
         except SpecConsoleError as err:
             self._log(f"eval failed: {err}")
             self._set_progress(f"eval failed: {err}")

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.geometry import Size
@@ -26,13 +26,14 @@ from textual.widgets import DataTable, Static
 
 from specconsole.config import HostConfig
 from specconsole.events import Event, EventLog
+from specconsole.hosts.address import ssh_address
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
 from specconsole.ui import format as fmt
 from specconsole.ui.checkpoints_pane import CheckpointTable
 from specconsole.ui.history import History, tokens_per_s
 from specconsole.ui.serving_facts import deployment_lines
-from specconsole.ui.widgets import PlotRow
+from specconsole.ui.widgets import PlotRow, scroll_bindings
 
 _BADGE_VAR = {"ok": "$success", "warn": "$warning", "bad": "$error", "idle": "$text-muted"}
 
@@ -112,11 +113,7 @@ class HostPane(Vertical):
         self._good: Sample[Any] | None = None  # the last GPU sample that had readings
 
     def compose(self) -> ComposeResult:
-        address = self.host.host or "local"
-        if self.host.connect == "ssh":
-            user = f"{self.host.user}@" if self.host.user else ""
-            port = f":{self.host.port}" if self.host.port else ""
-            address = f"{user}{self.host.host}{port}"
+        address = ssh_address(self.host) if self.host.connect == "ssh" else (self.host.host or "local")
         self.border_title = f"{self.host.name} [dim]· {self.host.role}[/]"
         self.border_subtitle = escape(address)
         yield TextBlock("… connecting", classes="badge")
@@ -367,14 +364,7 @@ class EventList(ScrollView, can_focus=True):
     re-wraps them, a theme change simply redraws them.
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "scroll_up", "Up", show=False),
-        Binding("down", "scroll_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("home", "scroll_home", "Top", show=False),
-        Binding("end", "scroll_end", "Bottom", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = [*scroll_bindings()]
 
     #: Continuation rows start under the message (after ``HH:MM:SS source   ``).
     INDENT = 18

@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from textual.binding import Binding
+from textual.keys import format_key
+
 from specconsole.config import Config
 
 
@@ -95,20 +98,15 @@ REGISTRY: tuple[ActionSpec, ...] = (
 
 BY_ID: dict[str, ActionSpec] = {spec.id: spec for spec in REGISTRY}
 
-# Characters Textual names differently in bindings; ``[keys]`` may use either form.
-_CHAR_NAMES = {
-    "?": "question_mark", "/": "slash", "\\": "backslash", "!": "exclamation_mark", "@": "at",
-    "#": "number_sign", "$": "dollar_sign", "%": "percent_sign", "^": "circumflex_accent",
-    "&": "ampersand", "*": "asterisk", "(": "left_parenthesis", ")": "right_parenthesis",
-    "-": "minus", "+": "plus", "=": "equals_sign", "[": "left_square_bracket",
-    "]": "right_square_bracket", "{": "left_curly_bracket", "}": "right_curly_bracket",
-    ";": "semicolon", ":": "colon", "'": "apostrophe", '"': "quotation_mark", ",": "comma",
-    ".": "full_stop", "<": "less_than_sign", ">": "greater_than_sign", "~": "tilde",
-    "`": "grave_accent", "|": "vertical_line", " ": "space",
-}
-_DISPLAY = {v: k for k, v in _CHAR_NAMES.items() if k != " "}
 _MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
 _KEY_NAME = re.compile(r"^[a-z0-9_]+$")
+
+
+def _char_key(char: str) -> str:
+    """Textual's name for a one-character key (``?`` -> ``question_mark``), as its bindings name it."""
+    if char == ",":  # a binding's key string is a comma-separated list
+        return "comma"
+    return next(iter(Binding.make_bindings([Binding(char, "")]))).key
 
 
 def normalize_key(key: str) -> str | None:
@@ -116,20 +114,19 @@ def normalize_key(key: str) -> str | None:
     key = key.strip()
     if not key:
         return None
-    if key in _CHAR_NAMES:
-        return _CHAR_NAMES[key]
+    if len(key) == 1:
+        return _char_key(key)
     parts = key.split("+")
     if len(parts) > 1 and parts[-1] == "":  # "ctrl++"
-        parts = [*parts[:-2], "plus"]
+        parts = [*parts[:-2], "+"]
     *mods, base = parts
     mods = [m.lower() for m in mods]
     if any(m not in _MODIFIERS for m in mods):
         return None
     if len(base) == 1:
-        base = _CHAR_NAMES.get(base, base)
         if not mods and base.isupper():
             return base  # Textual binds "K" as shift+k's character
-        base = base.lower()
+        base = _char_key(base.lower())
     else:
         base = base.lower()
     if not _KEY_NAME.match(base):
@@ -138,12 +135,14 @@ def normalize_key(key: str) -> str | None:
 
 
 def key_display(key: str) -> str:
-    """How a key is printed (help screen, dialogs): ``question_mark`` -> ``?``, ``ctrl+k`` -> ``^k``."""
-    *mods, base = key.split("+")
-    shown = _DISPLAY.get(base, base)
-    if mods == ["ctrl"]:
-        return f"^{shown}"
-    return "+".join([*mods, shown])
+    """How a key is printed (help screen, dialogs), as Textual's footer prints it: ``question_mark``
+    -> ``?``, ``ctrl+k`` -> ``^k`` (:meth:`textual.app.App.get_key_display`'s rules)."""
+    modifiers, base = Binding(key, "").parse_key()
+    shown = format_key(base)
+    if "ctrl" in modifiers:
+        modifiers.remove("ctrl")
+        shown = f"^{shown}"
+    return "+".join([*modifiers, shown])
 
 
 @dataclass(frozen=True)
@@ -231,3 +230,16 @@ def plan_keys(remap: Mapping[str, str], read_only: bool,
         final[spec.id] = spec.key
     plan.bound = [BoundAction(spec, final[spec.id]) for spec in live]
     return plan
+
+
+def registry_bindings(registry: Iterable[ActionSpec] = REGISTRY) -> list[Binding]:
+    """One Textual binding per action at its default key, its id the action's id (what a keymap
+    names). Read-only removal is :meth:`ConsoleApp.check_action`'s: a removed action is hidden and
+    never runs."""
+    return [Binding(spec.key, spec.id, spec.description, show=spec.show, id=spec.id, tooltip=spec.help,
+                    priority=spec.id == "command_palette") for spec in registry]
+
+
+def keymap(plan: KeyPlan) -> dict[str, str]:
+    """The plan's remapped keys as a Textual keymap (binding id -> key)."""
+    return {b.spec.id: b.key for b in plan.bound if b.key is not None and b.key != b.spec.key}

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from specconsole.ui.registry import KeyPlan, key_display
+from specconsole.ui.widgets import scroll_bindings
 
 
 class HelpScreen(ModalScreen[None]):
@@ -79,12 +80,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel", show=False),
-        Binding("pagedown", "scroll_body('page_down')", "Page down", show=False),
-        Binding("pageup", "scroll_body('page_up')", "Page up", show=False),
-        Binding("down", "scroll_body('scroll_down')", "Down", show=False),
-        Binding("up", "scroll_body('scroll_up')", "Up", show=False),
-        Binding("home", "scroll_body('scroll_home')", "Top", show=False),
-        Binding("end", "scroll_body('scroll_end')", "Bottom", show=False),
+        *scroll_bindings(lambda name: f"scroll_body('{name}')"),
     ]
     AUTO_FOCUS = "#cancel"  # focused as the screen activates (on_mount repeats it for older Textual)
 

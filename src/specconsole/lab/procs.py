@@ -1,0 +1,92 @@
+"""Processes on this machine, read from ``/proc``: alive, start time, children, process trees.
+
+The lab uses these to stop exactly what it started; tests and bench scripts use them to check
+that nothing was left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specconsole.lab.environment import Lab
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` after the command name (field 3, the state, first), or None when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int | None) -> bool:
+    """Whether ``pid`` runs (a zombie does not; a process we may not signal does)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = stat_fields(pid)
+    return fields is None or fields[0] not in ("Z", "X")
+
+
+def start_time(pid: int) -> int | None:
+    """A process's start time in clock ticks after boot (``/proc/PID/stat`` field 22), or None."""
+    fields = stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def children_map() -> dict[int, list[int]]:
+    """Every process's children, by parent pid (one pass over ``/proc``)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        fields = stat_fields(int(d.name))
+        with contextlib.suppress(IndexError, ValueError, TypeError):
+            kids.setdefault(int(fields[1]), []).append(int(d.name))  # type: ignore[index]
+    return kids
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid``."""
+    return children_map().get(pid, [])
+
+
+def descendants(*pids: int) -> list[int]:
+    """Every process below ``pids`` (children, their children, ...), parents before children."""
+    kids = children_map()
+    out: list[int] = []
+    todo = list(pids)
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def sessions(lab: Lab) -> list[int]:
+    """Live processes under the lab's sshds: a session per connection and each stream's commands."""
+    sshds = [h.sshd_pid for h in lab.state.hosts.values() if h.sshd_pid]
+    return [pid for pid in descendants(*sshds) if alive(pid)]
+
+
+def with_environ(needle: bytes) -> list[int]:
+    """Live processes whose environment contains ``needle`` (e.g. ``b"MARK=run-42"``)."""
+    found: list[int] = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (d / "environ").read_bytes() and alive(int(d.name)):
+                    found.append(int(d.name))
+    return found
