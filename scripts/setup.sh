@@ -2,7 +2,8 @@
 # Installs what specconsole and its lab need, saying what it installs:
 #   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv
 #   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx,
-#        prometheus_client, nvidia-ml-py, docker-systemctl-replacement, torch 2.13.0 CPU, pytest, ruff)
+#        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU, pytest, ruff,
+#        mypy, import-linter)
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."

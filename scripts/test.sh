@@ -6,5 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "==> ruff check"
 .venv/bin/ruff check src tests bench
+echo "==> mypy (strict, src/specconsole)"
+.venv/bin/mypy
 echo "==> pytest"
 exec .venv/bin/pytest "$@"

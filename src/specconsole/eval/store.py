@@ -130,7 +130,9 @@ class TaskResult:
     def value(self, metric: str) -> float | None:
         if not self.ok:
             return None
-        return getattr(self, metric)
+        values = {"acceptance_length": self.acceptance_length, "tokens_per_s": self.tokens_per_s,
+                  "latency_s": self.latency_s}
+        return values[metric]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -384,15 +386,15 @@ def _task(c: _Check, t: Any, key: str, deployment: Deployment) -> TaskResult:
     text = t.get("text")
     if text is not None and not isinstance(text, str):
         raise c.fail(f"{key}.text", "must be a string")
-    common = {
-        "task": name,
-        "client_latency_s": c.number(t.get("client_latency_s"), f"{key}.client_latency_s"),
-        "max_new_tokens": c.integer(t.get("max_new_tokens"), f"{key}.max_new_tokens"),
-        "prompt_tokens": c.integer(t.get("prompt_tokens"), f"{key}.prompt_tokens"),
-        "meta_info": meta, "text": text,
-    }
+    common = TaskResult(
+        task=name,
+        client_latency_s=c.number(t.get("client_latency_s"), f"{key}.client_latency_s"),
+        max_new_tokens=c.integer(t.get("max_new_tokens"), f"{key}.max_new_tokens"),
+        prompt_tokens=c.integer(t.get("prompt_tokens"), f"{key}.prompt_tokens"),
+        meta_info=meta, text=text,
+    )
     if status == "failed":
-        return TaskResult(ok=False, error=(error or "failed (no error given)").splitlines()[0], **common)
+        return replace(common, ok=False, error=(error or "failed (no error given)").splitlines()[0])
     accept = c.number(t.get("acceptance_length"), f"{key}.acceptance_length")
     if accept is not None and accept < 1.0:
         raise c.fail(f"{key}.acceptance_length", f"must be >= 1.0 (it includes the bonus token), got {accept!r}",
@@ -414,8 +416,8 @@ def _task(c: _Check, t: Any, key: str, deployment: Deployment) -> TaskResult:
     if accept is None and tps is None and latency is None:
         raise c.fail(key, "an ok task needs acceptance_length, tokens_per_s or latency_s",
                      'add "acceptance_length": ..., or mark it "status": "failed" with an "error"')
-    return TaskResult(ok=True, acceptance_length=accept, tokens_per_s=tps, latency_s=latency,
-                      completion_tokens=completion, verify_ct=verify, **common)
+    return replace(common, ok=True, acceptance_length=accept, tokens_per_s=tps, latency_s=latency,
+                   completion_tokens=completion, verify_ct=verify)
 
 
 def load_run_file(path: str | os.PathLike[str]) -> EvalRun:

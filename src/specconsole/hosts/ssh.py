@@ -36,7 +36,7 @@ STREAM_CLOSE_TIMEOUT_S = 3.0
 
 def backoff_delay(attempt: int, initial: float, cap: float) -> float:
     """Delay before retry ``attempt`` (1-based): initial, 2x, 4x ... capped at ``cap``."""
-    return min(cap, initial * (2 ** max(0, attempt - 1)))
+    return min(cap, initial * 2.0 ** max(0, attempt - 1))
 
 
 class SshStream(StreamProcess):

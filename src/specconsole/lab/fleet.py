@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specconsole.lab.environment import Lab
+from specconsole.lab.environment import Lab, LabHost
 
 
 def _q(value: object) -> str:
@@ -46,7 +46,7 @@ connect_timeout_s = 10
 backoff_initial_s = 0.5
 backoff_max_s = 4
 """]
-    entries = [(f"h{i:03d}", lab_hosts[i % 2]) for i in range(hosts)]
+    entries: list[tuple[str, LabHost | None]] = [(f"h{i:03d}", lab_hosts[i % 2]) for i in range(hosts)]
     if local:
         entries.append(("local", None))
     for i, (name, h) in enumerate(entries):

@@ -172,7 +172,10 @@ def _data_text(name: str) -> str:
 
 
 def load_flags() -> list[dict[str, Any]]:
-    return json.loads(_data_text(FLAGS_FILE))
+    flags = json.loads(_data_text(FLAGS_FILE))
+    if not isinstance(flags, list):
+        raise ValueError(f"{FLAGS_FILE}: expected a JSON list of flags")
+    return flags
 
 
 def _split_help() -> tuple[str, str, str]:
@@ -431,7 +434,7 @@ def _force_one(a: dict[str, Any], warnings: list[str], algo_name: str) -> None:
             a[key] = 1
 
 
-def _handle_dflash(a: dict[str, Any], warnings: list[str], draft_cfg: dict | None) -> None:
+def _handle_dflash(a: dict[str, Any], warnings: list[str], draft_cfg: dict[str, Any] | None) -> None:
     if not (a["device"].startswith("cuda") or a["device"] == "npu"):
         raise LaunchError(
             "ValueError", "DFLASH speculative decoding only supports CUDA and NPU devices."
@@ -488,7 +491,7 @@ def _handle_dflash(a: dict[str, Any], warnings: list[str], draft_cfg: dict | Non
         )
 
 
-def _handle_dspark(a: dict[str, Any], warnings: list[str], draft_cfg: dict | None) -> None:
+def _handle_dspark(a: dict[str, Any], warnings: list[str], draft_cfg: dict[str, Any] | None) -> None:
     if a.get("pp_size", 1) != 1:
         raise LaunchError(
             "ValueError", "Currently DSpark speculative decoding only supports pp_size == 1."
@@ -553,7 +556,7 @@ _MTP_ARCHS = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV4ForC
 
 
 def _handle_eagle_family(
-    a: dict[str, Any], warnings: list[str], requested: str | None, target_cfg: dict | None
+    a: dict[str, Any], warnings: list[str], requested: str | None, target_cfg: dict[str, Any] | None
 ) -> None:
     _reset_max_running(a, warnings)
     if a.get("enable_mixed_chunk"):

@@ -326,9 +326,9 @@ class LineParser:
                     out.append(bar)
         if self.format == "tqdm" or not rest.strip():
             return out
-        rec = self._text(rest)
-        if rec is not None and rec.has_fields:
-            out.append(rec)
+        tail = self._text(rest)
+        if tail is not None and tail.has_fields:
+            out.append(tail)
         return out
 
     def _training_bar(self, desc: str, bar: TrainingRecord) -> bool:

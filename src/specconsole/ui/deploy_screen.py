@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -23,10 +23,12 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
 from specconsole.actions.deploy import DeployPlan, DeployRequest
+from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.samples import Sample
+from specconsole.sources.sglang import SglangSnapshot
 
 #: The window the wizard proposes when the deployment has none: the usual DFlash block size.
 DEFAULT_WINDOW = "16"
@@ -37,11 +39,11 @@ Discover = Callable[[], Awaitable[list[str]]]
 Check = Callable[[DeployRequest], Awaitable[DeployPlan]]
 
 
-def prefill(cfg: HostConfig, sglang: Sample[Any] | None) -> dict[str, str]:
+def prefill(cfg: HostConfig, sglang: Sample[SglangSnapshot] | None) -> dict[str, str]:
     """Form values from the config and what the server reports now."""
-    info = getattr(sglang.value, "info", None) if sglang is not None else None
-    window = getattr(info, "draft_window", None)
-    draft = (cfg.sglang.draft_model_path if cfg.sglang else None) or getattr(info, "draft_model_path", None)
+    info = sglang.value.info if sglang is not None else None
+    window = info.draft_window if info is not None else None
+    draft = (cfg.sglang.draft_model_path if cfg.sglang else None) or (info.draft_model_path if info else None)
     return {"algorithm": "DFLASH", "draft_window": str(window) if window else DEFAULT_WINDOW,
             "block_size": "", "draft_model": draft or ""}
 
@@ -67,7 +69,7 @@ def algorithm_choices(help_text: str, flag: str = "--speculative-algorithm") -> 
     return []
 
 
-def _unique(items: Any) -> list[str]:
+def _unique(items: Iterable[str]) -> list[str]:
     out: list[str] = []
     for item in items:
         if item and item not in out:
@@ -75,7 +77,7 @@ def _unique(items: Any) -> list[str]:
     return out
 
 
-async def discover_algorithms(host: Host, cfg: HostConfig, steps: Any) -> list[str]:
+async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list[str]:
     """Ask the installed SGLang (the unit's own program) which speculative algorithms it has."""
     from specconsole.actions.sglang_flags import Argv, SglangCli, help_command
     from specconsole.actions.unit import parse_unit
