@@ -256,3 +256,56 @@ def _explain_number(value: object, s: mi.IntType | mi.FloatType, meta: Mapping[s
         problem += f", got {value!r}"
     why = f" ({meta['why']})" if meta.get("why") else ""
     return problem + why, f"use a value {allowed}, {example}"
+
+
+def reference(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """Every key a file of ``cls`` may hold: ``(dotted key, type, default, allowed)`` rows, in
+    declaration order (tables nested in tables, arrays of tables as ``hosts.name``). The README's
+    config reference is checked against these (``scripts/config_reference.py`` prints them)."""
+    rows: list[tuple[str, str, str, str]] = []
+    for f in _fields(mi.type_info(cls)).values():
+        key = f"{prefix}{f.encode_name}"
+        s = _strip(f.type)
+        if isinstance(s, mi.VarTupleType | mi.ListType) and isinstance(_strip(s.item_type), mi.StructType):
+            s = _strip(s.item_type)
+        if isinstance(s, mi.StructType):
+            rows.extend(reference(s.cls, f"{key}."))
+            continue
+        if isinstance(s, mi.DictType):
+            rows.append((f"{key}.<name>", _type_name(_strip(s.value_type)), "", _allowed(s.value_type)))
+            continue
+        default = ("(required)" if f.required else "(computed)" if f.default_factory is not msgspec.NODEFAULT
+                   else _toml(f.default))
+        rows.append((key, _type_name(s), default, _allowed(f.type)))
+    return rows
+
+
+def _toml(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple | list):
+        return "[]" if not value else repr(list(value))
+    return repr(value)
+
+
+def _type_name(s: mi.Type) -> str:
+    names = {mi.BoolType: "bool", mi.IntType: "int", mi.FloatType: "float", mi.StrType: "string",
+             mi.LiteralType: "string"}
+    if isinstance(s, mi.VarTupleType | mi.ListType):
+        return f"list of {_type_name(_strip(s.item_type))}"
+    return names.get(type(s), type(s).__name__)
+
+
+def _allowed(t: mi.Type) -> str:
+    s = _strip(t)
+    if isinstance(s, mi.LiteralType):
+        return ", ".join(str(v) for v in s.values)
+    if isinstance(s, mi.IntType | mi.FloatType):
+        return " and ".join(f"{op} {b:g}" for op, b in ((">", s.gt), (">=", s.ge), ("<=", s.le)) if b is not None)
+    if isinstance(s, mi.StrType) and s.pattern == r"\S":
+        return "non-empty"
+    return ""
