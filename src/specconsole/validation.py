@@ -31,11 +31,12 @@ class Table(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 def num(*, gt: float | None = None, ge: float | None = None, le: float | None = None, why: str = "",
-        what: str = "", example: float | None = None) -> msgspec.Meta:
+        what: str = "", problem: str = "", example: float | None = None) -> msgspec.Meta:
     """A number's allowed range: ``gt``/``ge``/``le``; ``why`` says in the error why the bound
-    exists; ``what`` names the kind of value (``a TCP port``); ``example`` is what the fix
-    suggests (default: the field's default). ``inf`` and ``nan`` are refused for every number."""
-    extra: dict[str, Any] = {"why": why, "what": what}
+    exists; ``what`` names the kind of value (``a TCP port``), or ``problem`` words the whole
+    complaint (``must be a positive integer``); ``example`` is what the fix suggests (default:
+    the field's default). ``inf`` and ``nan`` are refused for every number."""
+    extra: dict[str, Any] = {"why": why, "what": what, "problem": problem}
     if example is not None:
         extra["example"] = example
     if gt is not None and ge is not None:
@@ -43,6 +44,11 @@ def num(*, gt: float | None = None, ge: float | None = None, le: float | None = 
     if gt is not None:
         return msgspec.Meta(gt=gt, le=le, extra=extra)
     return msgspec.Meta(ge=ge, le=le, extra=extra)
+
+
+def text(pattern: str, problem: str, fix: str) -> msgspec.Meta:
+    """A string matching ``pattern``; otherwise ``problem`` (``must be a simple name``) and ``fix``."""
+    return msgspec.Meta(pattern=pattern, extra={"problem": problem, "fix": fix})
 
 
 class Invalid(Exception):
@@ -230,6 +236,9 @@ def explain(value: object, info: _Field, key: str) -> tuple[str, str]:
     if isinstance(s, mi.IntType | mi.FloatType):
         return _explain_number(value, s, _extra(t), _example(info))
     if isinstance(s, mi.StrType):
+        meta = _extra(t)
+        if meta.get("problem") and isinstance(value, str):
+            return f"{meta['problem']}, got {value!r}", str(meta.get("fix") or "see the documentation for this file")
         return f"must be a non-empty string, got {value!r}", 'write it in quotes, e.g. "x"'
     if isinstance(s, mi.VarTupleType | mi.ListType) and isinstance(_strip(s.item_type), mi.StrType):
         return "must be a list of strings", f'write {short} = ["..."]'
@@ -250,8 +259,8 @@ def _explain_number(value: object, s: mi.IntType | mi.FloatType, meta: Mapping[s
     gt, ge, le = s.gt, s.ge, s.le
     allowed = " and ".join(f"{op} {b:g}" for op, b in ((">", gt), (">=", ge), ("<=", le)) if b is not None)
     what = meta.get("what")
-    problem = (f"not {what}: {value!r}" if what else
-               "must be positive" if gt == 0 and le is None else f"must be {allowed}")
+    problem = (f"not {what}: {value!r}" if what else meta.get("problem") or
+               ("must be positive" if gt == 0 and le is None else f"must be {allowed}"))
     if not what:
         problem += f", got {value!r}"
     why = f" ({meta['why']})" if meta.get("why") else ""
