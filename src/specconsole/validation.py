@@ -31,12 +31,12 @@ class Table(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 def num(*, gt: float | None = None, ge: float | None = None, le: float | None = None, why: str = "",
-        what: str = "", problem: str = "", example: float | None = None) -> msgspec.Meta:
+        what: str = "", problem: str = "", fix: str = "", example: float | None = None) -> msgspec.Meta:
     """A number's allowed range: ``gt``/``ge``/``le``; ``why`` says in the error why the bound
     exists; ``what`` names the kind of value (``a TCP port``), or ``problem`` words the whole
-    complaint (``must be a positive integer``); ``example`` is what the fix suggests (default:
-    the field's default). ``inf`` and ``nan`` are refused for every number."""
-    extra: dict[str, Any] = {"why": why, "what": what, "problem": problem}
+    complaint (``must be a positive integer``) and ``fix`` the fix; ``example`` is what the fix
+    suggests (default: the field's default). ``inf`` and ``nan`` are refused for every number."""
+    extra: dict[str, Any] = {"why": why, "what": what, "problem": problem, "fix": fix}
     if example is not None:
         extra["example"] = example
     if gt is not None and ge is not None:
@@ -63,13 +63,16 @@ Path = tuple[str | int, ...]
 
 
 def convert(data: object, cls: type[S], *, label: Callable[[object, Path], str] | None = None,
-            top: str = "top-level key") -> S:
+            top: str = "top-level key", json: bool = False) -> S:
     """``data`` (parsed TOML/JSON) as a ``cls``; raises :class:`Invalid` naming the first problem.
 
     ``label(data, path)`` spells a path as the file's reader knows it (default :func:`dotted`);
-    ``top`` is what an unknown key at the top is called.
+    ``top`` is what an unknown key at the top is called; ``json``: the fixes are written in JSON,
+    and a whole number written as ``3.0`` counts as an integer (other tools write them so).
     """
     name = label or dotted
+    if json:
+        data = _whole_floats(data, mi.type_info(cls))
     bad = _non_finite(data, ())
     if bad is not None:
         info = _info_at(mi.type_info(cls), bad)
@@ -78,7 +81,7 @@ def convert(data: object, cls: type[S], *, label: Callable[[object, Path], str] 
     try:
         return msgspec.convert(data, cls)
     except msgspec.ValidationError as err:
-        raise _translate(str(err), data, mi.type_info(cls), name, top) from None
+        raise _translate(str(err), data, mi.type_info(cls), name, top, json) from None
 
 
 def dotted(data: object, path: Path) -> str:
@@ -192,8 +195,20 @@ def _example(info: _Field) -> str:
     return f"e.g. {ex:g}"
 
 
+def _whole_floats(node: object, t: mi.Type) -> object:
+    s = _strip(t)
+    if isinstance(s, mi.IntType) and isinstance(node, float) and node.is_integer():
+        return int(node)
+    if isinstance(node, dict) and isinstance(s, mi.StructType):
+        fields = _fields(s)
+        return {k: _whole_floats(v, fields[k].type) if k in fields else v for k, v in node.items()}
+    if isinstance(node, list) and isinstance(s, mi.VarTupleType | mi.ListType):
+        return [_whole_floats(v, s.item_type) for v in node]
+    return node
+
+
 def _translate(message: str, data: object, root: mi.Type, name: Callable[[object, Path], str],
-               top: str) -> Invalid:
+               top: str, json: bool) -> Invalid:
     m = _AT.match(message)
     detail = m.group("detail") if m else message
     path: Path = tuple(int(i) if i else k for k, i in _SEG.findall(m.group("path") or "")) if m else ()
@@ -208,7 +223,7 @@ def _translate(message: str, data: object, root: mi.Type, name: Callable[[object
     missing = re.match(r"Object missing required field `(.+)`", detail)
     if missing:
         key = name(data, (*path, missing.group(1)))
-        return Invalid(key, "required key is missing", f"add {key} = ...")
+        return Invalid(key, "is missing", f'add "{missing.group(1)}": ...' if json else f"add {key} = ...")
     # an item of a list is reported at the list: "must be a list of strings"
     while path and isinstance(path[-1], int):
         info = _info_at(root, path[:-1])
@@ -230,6 +245,9 @@ def explain(value: object, info: _Field, key: str) -> tuple[str, str]:
     short = key.rsplit(".", 1)[-1]
     if isinstance(s, mi.LiteralType):
         choices = [str(c) for c in s.values]
+        meta = _extra(t)
+        if meta.get("problem"):
+            return f"{meta['problem']}, got {value!r}", str(meta.get("fix") or f"use one of {', '.join(choices)}")
         return f"must be one of {', '.join(choices)}, got {value!r}", f'set {key} = "{choices[0]}"'
     if isinstance(s, mi.BoolType):
         return f"must be true or false, got {value!r}", "write true or false"
@@ -264,7 +282,7 @@ def _explain_number(value: object, s: mi.IntType | mi.FloatType, meta: Mapping[s
     if not what:
         problem += f", got {value!r}"
     why = f" ({meta['why']})" if meta.get("why") else ""
-    return problem + why, f"use a value {allowed}, {example}"
+    return problem + why, str(meta.get("fix") or f"use a value {allowed}, {example}")
 
 
 def reference(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:

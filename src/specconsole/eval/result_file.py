@@ -7,13 +7,14 @@ A file that is not this schema or version is refused with one line naming the fi
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from specconsole.eval.schema import (
     _CONSISTENCY_TOL,
@@ -27,52 +28,63 @@ from specconsole.eval.schema import (
     make_run_id,
     utc_now_iso,
 )
+from specconsole.validation import Invalid, Text, convert, num, text
 
-# ------------------------------------------------------------------------------ validation
+# ------------------------------------------------------------------------------ declarations
+
+Count = Annotated[int, num(ge=0)]
+AtLeast1 = Annotated[int, num(ge=1)]
+Amount = Annotated[float, num(ge=0)]
+Status = Annotated[Literal["ok", "failed"], msgspec.Meta(extra={"problem": 'must be "ok" or "failed"'})]
+#: Keys other tools add (``summary``, their own) are ignored: these structs do not forbid them.
 
 
-class _Check:
-    def __init__(self, path: str) -> None:
-        self.path = path
+class DeploymentEntry(msgspec.Struct, frozen=True):
+    """``deployment``: what the run was measured on (no ``algorithm`` key: unknown)."""
 
-    def fail(self, key: str, problem: str, fix: str | None = None) -> ResultFileError:
-        return ResultFileError(self.path, f"{key}: {problem}", fix or f"see {DOC}")
+    algorithm: str | msgspec.UnsetType | None = msgspec.UNSET
+    block_size: AtLeast1 | None = None
+    draft_window: AtLeast1 | None = None
+    draft_model: str | None = None
+    model: str | None = None
+    sglang_version: str | None = None
+    num_draft_tokens: AtLeast1 | None = None
+    num_steps: Count | None = None
+    topk: AtLeast1 | None = None
+    tree_budget: AtLeast1 | None = None
+    url: str | None = None
+    server_args: dict[str, Any] | None = None
 
-    def obj(self, value: Any, key: str) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(key, f"must be an object, got {type(value).__name__}")
-        return value
 
-    def string(self, value: Any, key: str, *, required: bool = False) -> str | None:
-        if value is None:
-            if required:
-                raise self.fail(key, "is missing", f'add "{key.rsplit(".", 1)[-1]}": "..." (see {DOC})')
-            return None
-        if not isinstance(value, str) or (required and not value.strip()):
-            raise self.fail(key, f"must be a non-empty string, got {value!r}")
-        return value
+class TaskEntry(msgspec.Struct, frozen=True):
+    """One of ``tasks``."""
 
-    def number(self, value: Any, key: str, minimum: float = 0.0) -> float | None:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise self.fail(key, f"must be a number, got {value!r}")
-        if value < minimum:
-            raise self.fail(key, f"must be >= {minimum:g}, got {value!r}")
-        return float(value)
+    task: Text
+    status: Status | None = None
+    error: str | None = None
+    acceptance_length: Amount | None = None
+    tokens_per_s: Amount | None = None
+    latency_s: Amount | None = None
+    client_latency_s: Amount | None = None
+    completion_tokens: Count | None = None
+    prompt_tokens: Count | None = None
+    verify_ct: Count | None = None
+    max_new_tokens: Count | None = None
+    meta_info: dict[str, Any] | None = None
+    text: str | None = None
 
-    def integer(self, value: Any, key: str, minimum: int = 0) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"must be an integer, got {value!r}")
-        if value < minimum:
-            raise self.fail(key, f"must be >= {minimum}, got {value!r}")
-        return value
+
+class ResultFile(msgspec.Struct, frozen=True):
+    """A ``specconsole.eval/1`` file as written (``schema`` is checked before)."""
+
+    label: Text
+    id: Annotated[str, text(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,119}$",
+                            "must be a file-name-safe id (letters, digits, _ . -)", f"see {DOC}")] | None = None
+    created_at: str | None = None
+    source: dict[str, Any] | None = None
+    suite: dict[str, Any] | None = None
+    deployment: DeploymentEntry | None = None
+    tasks: tuple[TaskEntry, ...] = ()
 
 
 def _check_schema(data: Any, path: str) -> None:
@@ -95,112 +107,78 @@ def _check_schema(data: Any, path: str) -> None:
 def run_from_json(data: Any, path: str = "<result>") -> EvalRun:
     """Validate a decoded ``specconsole.eval/1`` object and build the run (``summary`` is ignored)."""
     _check_schema(data, path)
-    c = _Check(path)
-    label = c.string(data.get("label"), "label", required=True)
-    assert label is not None
-    created = c.string(data.get("created_at"), "created_at")
+    try:
+        file = convert(data, ResultFile, top="key", json=True)
+    except Invalid as err:
+        raise ResultFileError(path, f"{err.key}: {err.problem}", err.fix) from None
+
+    def fail(key: str, problem: str, fix: str = f"see {DOC}") -> ResultFileError:
+        return ResultFileError(path, f"{key}: {problem}", fix)
+
+    created = file.created_at
     if created is not None:
         try:
             datetime.fromisoformat(created)
         except ValueError:
-            raise c.fail("created_at", f"not an ISO 8601 time: {created!r}",
-                         'write e.g. "2026-12-02T18:30:00Z"') from None
+            raise fail("created_at", f"not an ISO 8601 time: {created!r}",
+                       'write e.g. "2026-12-02T18:30:00Z"') from None
     else:
         created = utc_now_iso()
-    run_id = c.string(data.get("id"), "id") or make_run_id(label, created)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,119}", run_id):
-        raise c.fail("id", f"must be a file-name-safe id (letters, digits, _ . -), got {run_id!r}")
-    source = c.obj(data.get("source"), "source")
-    suite = c.obj(data.get("suite"), "suite")
-    deployment = _deployment(c, c.obj(data.get("deployment"), "deployment"))
-    raw_tasks = data.get("tasks")
-    if not isinstance(raw_tasks, list) or not raw_tasks:
-        raise c.fail("tasks", "must be a non-empty list of task results",
-                     'add "tasks": [{"task": "fizzbuzz", "acceptance_length": 6.1}, ...]')
+    run_id = file.id or make_run_id(file.label, created)
+    if not file.tasks:
+        raise fail("tasks", "must be a non-empty list of task results",
+                   'add "tasks": [{"task": "fizzbuzz", "acceptance_length": 6.1}, ...]')
+    deployment = _deployment(file.deployment or DeploymentEntry())
     tasks: list[TaskResult] = []
     seen: set[str] = set()
-    for i, t in enumerate(raw_tasks):
-        task = _task(c, t, f"tasks[{i}]", deployment)
-        if task.task in seen:
-            raise c.fail(f"tasks[{i}].task", f"duplicate task {task.task!r}", "list each task once")
-        seen.add(task.task)
-        tasks.append(task)
-    return EvalRun(id=run_id, label=label, created_at=created, tasks=tuple(tasks), deployment=deployment,
-                   suite=suite, source=source, path=path)
+    for i, t in enumerate(file.tasks):
+        if t.task in seen:
+            raise fail(f"tasks[{i}].task", f"duplicate task {t.task!r}", "list each task once")
+        seen.add(t.task)
+        tasks.append(_task(t, f"tasks[{i}]", deployment, fail))
+    return EvalRun(id=run_id, label=file.label, created_at=created, tasks=tuple(tasks), deployment=deployment,
+                   suite=file.suite or {}, source=file.source or {}, path=path)
 
 
-def _deployment(c: _Check, d: dict[str, Any]) -> Deployment:
-    algo = c.string(d.get("algorithm"), "deployment.algorithm")
-    unknown = "algorithm" not in d or (algo is not None and algo.strip().lower() == "unknown")
+def _deployment(d: DeploymentEntry) -> Deployment:
+    algo = d.algorithm if isinstance(d.algorithm, str) else None
+    unknown = d.algorithm is msgspec.UNSET or (algo is not None and algo.strip().lower() == "unknown")
     if unknown or (algo is not None and algo.strip().lower() in ("", "none", "vanilla", "off")):
         algo = None
-    server_args = c.obj(d.get("server_args"), "deployment.server_args")
     return Deployment(
-        algorithm=algo.upper() if algo else None,
-        block_size=c.integer(d.get("block_size"), "deployment.block_size", 1),
-        draft_window=c.integer(d.get("draft_window"), "deployment.draft_window", 1),
-        draft_model=c.string(d.get("draft_model"), "deployment.draft_model"),
-        model=c.string(d.get("model"), "deployment.model"),
-        sglang_version=c.string(d.get("sglang_version"), "deployment.sglang_version"),
-        num_draft_tokens=c.integer(d.get("num_draft_tokens"), "deployment.num_draft_tokens", 1),
-        num_steps=c.integer(d.get("num_steps"), "deployment.num_steps", 0),
-        topk=c.integer(d.get("topk"), "deployment.topk", 1),
-        tree_budget=c.integer(d.get("tree_budget"), "deployment.tree_budget", 1),
-        url=c.string(d.get("url"), "deployment.url"),
-        server_args=server_args,
-        unknown=unknown,
+        algorithm=algo.upper() if algo else None, block_size=d.block_size, draft_window=d.draft_window,
+        draft_model=d.draft_model, model=d.model, sglang_version=d.sglang_version,
+        num_draft_tokens=d.num_draft_tokens, num_steps=d.num_steps, topk=d.topk, tree_budget=d.tree_budget,
+        url=d.url, server_args=d.server_args or {}, unknown=unknown,
     )
 
 
-def _task(c: _Check, t: Any, key: str, deployment: Deployment) -> TaskResult:
-    t = c.obj(t, key)
-    if not t:
-        raise c.fail(key, "must be an object with at least \"task\"")
-    name = c.string(t.get("task"), f"{key}.task", required=True)
-    assert name is not None
-    status = t.get("status")
-    error = c.string(t.get("error"), f"{key}.error")
-    if status is None:
-        status = "failed" if error else "ok"
-    if status not in ("ok", "failed"):
-        raise c.fail(f"{key}.status", f'must be "ok" or "failed", got {status!r}')
-    meta = t.get("meta_info")
-    if meta is not None and not isinstance(meta, dict):
-        raise c.fail(f"{key}.meta_info", "must be an object (SGLang's meta_info as returned)")
-    text = t.get("text")
-    if text is not None and not isinstance(text, str):
-        raise c.fail(f"{key}.text", "must be a string")
-    common = TaskResult(
-        task=name,
-        client_latency_s=c.number(t.get("client_latency_s"), f"{key}.client_latency_s"),
-        max_new_tokens=c.integer(t.get("max_new_tokens"), f"{key}.max_new_tokens"),
-        prompt_tokens=c.integer(t.get("prompt_tokens"), f"{key}.prompt_tokens"),
-        meta_info=meta, text=text,
-    )
+def _task(t: TaskEntry, key: str, deployment: Deployment, fail: Callable[..., ResultFileError]) -> TaskResult:
+    """What one field's declaration cannot say: the status, and how the values fit together."""
+    status = t.status or ("failed" if t.error else "ok")
+    common = TaskResult(task=t.task, client_latency_s=t.client_latency_s, max_new_tokens=t.max_new_tokens,
+                        prompt_tokens=t.prompt_tokens, meta_info=t.meta_info, text=t.text)
     if status == "failed":
-        return replace(common, ok=False, error=(error or "failed (no error given)").splitlines()[0])
-    accept = c.number(t.get("acceptance_length"), f"{key}.acceptance_length")
+        return replace(common, ok=False, error=(t.error or "failed (no error given)").splitlines()[0])
+    accept = t.acceptance_length
     if accept is not None and accept < 1.0:
-        raise c.fail(f"{key}.acceptance_length", f"must be >= 1.0 (it includes the bonus token), got {accept!r}",
-                     "if your tool counts accepted draft tokens only, add 1 per verify step")
-    completion = c.integer(t.get("completion_tokens"), f"{key}.completion_tokens")
-    verify = c.integer(t.get("verify_ct"), f"{key}.verify_ct")
+        raise fail(f"{key}.acceptance_length", f"must be >= 1.0 (it includes the bonus token), got {accept!r}",
+                   "if your tool counts accepted draft tokens only, add 1 per verify step")
+    completion, verify = t.completion_tokens, t.verify_ct
     if completion is not None and verify:
         computed = completion / verify
         if accept is None:
             accept = computed
         elif abs(accept - computed) > _CONSISTENCY_TOL:
-            raise c.fail(f"{key}.acceptance_length",
-                         f"{accept!r} disagrees with completion_tokens / verify_ct = {completion}/{verify} "
-                         f"= {computed:.4f}", "fix one of the three values (or omit acceptance_length)")
+            raise fail(f"{key}.acceptance_length",
+                       f"{accept!r} disagrees with completion_tokens / verify_ct = {completion}/{verify} "
+                       f"= {computed:.4f}", "fix one of the three values (or omit acceptance_length)")
     if accept is None and deployment.vanilla and verify is None and completion:
         accept = 1.0
-    tps = c.number(t.get("tokens_per_s"), f"{key}.tokens_per_s")
-    latency = c.number(t.get("latency_s"), f"{key}.latency_s")
-    if accept is None and tps is None and latency is None:
-        raise c.fail(key, "an ok task needs acceptance_length, tokens_per_s or latency_s",
-                     'add "acceptance_length": ..., or mark it "status": "failed" with an "error"')
-    return replace(common, ok=True, acceptance_length=accept, tokens_per_s=tps, latency_s=latency,
+    if accept is None and t.tokens_per_s is None and t.latency_s is None:
+        raise fail(key, "an ok task needs acceptance_length, tokens_per_s or latency_s",
+                   'add "acceptance_length": ..., or mark it "status": "failed" with an "error"')
+    return replace(common, ok=True, acceptance_length=accept, tokens_per_s=t.tokens_per_s, latency_s=t.latency_s,
                    completion_tokens=completion, verify_ct=verify)
 
 
