@@ -178,7 +178,7 @@ def test_zero_grace_and_fractional_epochs_are_allowed(tmp_path: Path) -> None:
 def test_every_number_declares_its_range(cls: type) -> None:
     """msgspec checks numbers against per-key bounds: no number may be left unbounded."""
     info = mi.type_info(cls)
-    assert isinstance(info, mi.StructType)
+    assert isinstance(info, mi.DataclassType)
     for f in info.fields:
         types = f.type.types if isinstance(f.type, mi.UnionType) else (f.type,)
         for t in types:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -16,7 +17,7 @@ import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
-from specconsole.validation import Invalid, Table, Text, convert, named_items, num
+from specconsole.validation import Invalid, Text, convert, named_items, num
 
 Role = Literal["train", "serve", "both"]
 GpuSource = Literal["auto", "nvidia-smi", "nvml", "none"]
@@ -32,7 +33,8 @@ def _positive(why: str, example: float | None = None) -> msgspec.Meta:
     return num(gt=0, why=why, example=example)
 
 
-class SshSettings(Table, frozen=True):
+@dataclass(frozen=True)
+class SshSettings:
     """SSH defaults; any host may override them. ``None`` means "as OpenSSH would"."""
 
     known_hosts: Text | None = None
@@ -43,12 +45,14 @@ class SshSettings(Table, frozen=True):
     ssh_config: Text | None = None
 
 
-class GpuConfig(Table, frozen=True):
+@dataclass(frozen=True)
+class GpuConfig:
     source: GpuSource = "auto"
     interval_s: Annotated[float, _positive("it is the time between two readings")] = 1.0
 
 
-class KillConfig(Table, frozen=True):
+@dataclass(frozen=True)
+class KillConfig:
     """How to find the training job: the first of pid_file, systemd_unit, pattern that is set."""
 
     pid_file: Text | None = None
@@ -57,7 +61,8 @@ class KillConfig(Table, frozen=True):
     grace_s: Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once")] = 30.0
 
 
-class TrainingConfig(Table, frozen=True):
+@dataclass(frozen=True)
+class TrainingConfig:
     log_path: Text
     format: LogFormat = "auto"
     patterns: tuple[str, ...] = ()
@@ -66,10 +71,11 @@ class TrainingConfig(Table, frozen=True):
     steps_per_epoch: Annotated[int, _positive("it converts epochs to steps", 5500)] | None = None
     tail_lines: Annotated[int, _positive("it is how many past lines are read at start")] = 200
     stall_warning_min: Annotated[float, _positive("0 would flag every job as stalled")] = 10.0
-    kill: KillConfig = msgspec.field(default_factory=KillConfig)
+    kill: KillConfig = field(default_factory=KillConfig)
 
 
-class SglangConfig(Table, frozen=True):
+@dataclass(frozen=True)
+class SglangConfig:
     base_url: Text
     unit: Text = "sglang.service"
     tunnel: bool = False
@@ -79,7 +85,8 @@ class SglangConfig(Table, frozen=True):
     api_key: Text | None = None
 
 
-class HostConfig(Table, frozen=True):
+@dataclass(frozen=True)
+class HostConfig:
     name: Text
     role: Role
     connect: Literal["local", "ssh"] = "local"
@@ -87,8 +94,8 @@ class HostConfig(Table, frozen=True):
     port: Annotated[int, num(ge=1, le=65535, what="a TCP port", why="22 is SSH's default", example=22)] | None = None
     user: Text | None = None
     identity_file: Text | None = None
-    ssh: SshSettings = msgspec.field(default_factory=SshSettings)
-    gpu: GpuConfig = msgspec.field(default_factory=GpuConfig)
+    ssh: SshSettings = field(default_factory=SshSettings)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
     training: TrainingConfig | None = None
     sglang: SglangConfig | None = None
 
@@ -109,28 +116,31 @@ def _audit_log() -> str:
     return str(paths.state_dir() / "audit.log")
 
 
-class ConsoleSettings(Table, frozen=True):
+@dataclass(frozen=True)
+class ConsoleSettings:
     refresh_s: Annotated[float, _positive("it is the time between two redraws")] = 1.0
     read_only: bool = False
     theme: Text | None = None
-    audit_log: Text = msgspec.field(default_factory=_audit_log)
-    state_dir: Text = msgspec.field(default_factory=_state_dir)
+    audit_log: Text = field(default_factory=_audit_log)
+    state_dir: Text = field(default_factory=_state_dir)
 
 
-class ConfigFile(Table, frozen=True):
+@dataclass(frozen=True)
+class ConfigFile:
     """The file as written: what :func:`parse_config` validates (``[ssh]`` is every host's default)."""
 
-    console: ConsoleSettings = msgspec.field(default_factory=ConsoleSettings)
-    ssh: SshSettings = msgspec.field(default_factory=SshSettings)
-    keys: dict[str, Text] = msgspec.field(default_factory=dict)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
+    ssh: SshSettings = field(default_factory=SshSettings)
+    keys: dict[str, Text] = field(default_factory=dict)
     hosts: tuple[HostConfig, ...] = ()
 
 
-class Config(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Config:
     path: str
     hosts: tuple[HostConfig, ...]
-    console: ConsoleSettings = msgspec.field(default_factory=ConsoleSettings)
-    keys: dict[str, str] = msgspec.field(default_factory=dict)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
+    keys: dict[str, str] = field(default_factory=dict)
 
     def host(self, name: str) -> HostConfig:
         for h in self.hosts:
@@ -193,8 +203,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     for i, h in enumerate(file.hosts):
         own_ssh = hosts_raw[i].get("ssh", {})
         # [ssh] is every host's default; what the host's own [hosts.ssh] sets wins
-        ssh = msgspec.structs.replace(file.ssh, **{k: getattr(h.ssh, k) for k in own_ssh})
-        hosts.append(_check_host(r, msgspec.structs.replace(h, ssh=ssh), named_items(data, ("hosts", i))))
+        ssh = replace(file.ssh, **{k: getattr(h.ssh, k) for k in own_ssh})
+        hosts.append(_check_host(r, replace(h, ssh=ssh), named_items(data, ("hosts", i))))
         if h.name in seen:
             raise r.fail(f"hosts[{i}].name", f"duplicate host name {h.name!r}", "give every host a unique name")
         seen.add(h.name)

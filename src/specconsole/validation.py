@@ -27,7 +27,9 @@ Text = Annotated[str, msgspec.Meta(pattern=r"\S")]
 
 
 class Table(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Base of every declared file table: immutable, and an unknown key is an error."""
+    """Base of a declared file table as a msgspec struct: immutable, and an unknown key is an
+    error. A frozen dataclass works as well (the config's tables are, so ``dataclasses.replace``
+    keeps working on them): its unknown keys are refused too."""
 
 
 def num(*, gt: float | None = None, ge: float | None = None, le: float | None = None, why: str = "",
@@ -73,6 +75,10 @@ def convert(data: object, cls: type[S], *, label: Callable[[object, Path], str] 
     name = label or dotted
     if json:
         data = _whole_floats(data, mi.type_info(cls))
+    stray = _unknown_key(data, mi.type_info(cls), ())
+    if stray is not None:
+        raise _translate(f"Object contains unknown field `{stray[-1]}` - at `${_dollar(stray[:-1])}`",
+                         data, mi.type_info(cls), name, top, json)
     bad = _non_finite(data, ())
     if bad is not None:
         info = _info_at(mi.type_info(cls), bad)
@@ -125,6 +131,32 @@ def _at(data: object, path: Path) -> object:
     return data
 
 
+def _dollar(path: Path) -> str:
+    return "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in path)
+
+
+def _unknown_key(node: object, t: mi.Type, path: Path) -> Path | None:
+    """The first key of a dataclass table that its declaration does not have (msgspec checks
+    structs itself, and ignores unknown keys of dataclasses)."""
+    s = _strip(t)
+    if isinstance(node, dict) and isinstance(s, mi.DataclassType | mi.StructType):
+        fields = _fields(s)
+        for k, v in node.items():
+            if k not in fields:
+                if isinstance(s, mi.DataclassType):
+                    return (*path, k)
+                continue
+            found = _unknown_key(v, fields[k].type, (*path, k))
+            if found is not None:
+                return found
+    elif isinstance(node, list) and isinstance(s, mi.VarTupleType | mi.ListType):
+        for i, v in enumerate(node):
+            found = _unknown_key(v, s.item_type, (*path, i))
+            if found is not None:
+                return found
+    return None
+
+
 def _non_finite(node: object, path: Path) -> Path | None:
     if isinstance(node, float) and not math.isfinite(node):
         return path
@@ -161,13 +193,13 @@ _Field = tuple[mi.Type, object]  # (declared type, default)
 
 def _fields(t: mi.Type) -> dict[str, mi.Field]:
     s = _strip(t)
-    return {f.encode_name: f for f in s.fields} if isinstance(s, mi.StructType) else {}
+    return {f.encode_name: f for f in s.fields} if isinstance(s, mi.StructType | mi.DataclassType) else {}
 
 
 def _step(t: mi.Type, seg: str | int) -> _Field | None:
     s = _strip(t)
     if isinstance(seg, str):
-        if isinstance(s, mi.StructType):
+        if isinstance(s, mi.StructType | mi.DataclassType):
             f = _fields(s).get(seg)
             return None if f is None else (f.type, f.default)
         if isinstance(s, mi.DictType):
@@ -199,7 +231,7 @@ def _whole_floats(node: object, t: mi.Type) -> object:
     s = _strip(t)
     if isinstance(s, mi.IntType) and isinstance(node, float) and node.is_integer():
         return int(node)
-    if isinstance(node, dict) and isinstance(s, mi.StructType):
+    if isinstance(node, dict) and isinstance(s, mi.StructType | mi.DataclassType):
         fields = _fields(s)
         return {k: _whole_floats(v, fields[k].type) if k in fields else v for k, v in node.items()}
     if isinstance(node, list) and isinstance(s, mi.VarTupleType | mi.ListType):
@@ -227,7 +259,7 @@ def _translate(message: str, data: object, root: mi.Type, name: Callable[[object
     # an item of a list is reported at the list: "must be a list of strings"
     while path and isinstance(path[-1], int):
         info = _info_at(root, path[:-1])
-        if info is None or isinstance(_strip(info[0]), mi.StructType):
+        if info is None or isinstance(_strip(info[0]), mi.StructType | mi.DataclassType):
             break
         path = path[:-1]
     info = _info_at(root, path)
@@ -262,7 +294,7 @@ def explain(value: object, info: _Field, key: str) -> tuple[str, str]:
         return "must be a list of strings", f'write {short} = ["..."]'
     if isinstance(s, mi.VarTupleType | mi.ListType):
         return f"must be an array, got {type(value).__name__}", f"write [[{short}]] tables"
-    if isinstance(s, mi.StructType | mi.DictType):
+    if isinstance(s, mi.StructType | mi.DataclassType | mi.DictType):
         return f"must be a table, got {type(value).__name__}", f"write [{short}]"
     return f"invalid value {value!r}", "see the documentation for this file"
 
@@ -293,9 +325,10 @@ def reference(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     for f in _fields(mi.type_info(cls)).values():
         key = f"{prefix}{f.encode_name}"
         s = _strip(f.type)
-        if isinstance(s, mi.VarTupleType | mi.ListType) and isinstance(_strip(s.item_type), mi.StructType):
+        if isinstance(s, mi.VarTupleType | mi.ListType) and isinstance(_strip(s.item_type),
+                                                                      mi.StructType | mi.DataclassType):
             s = _strip(s.item_type)
-        if isinstance(s, mi.StructType):
+        if isinstance(s, mi.StructType | mi.DataclassType):
             rows.extend(reference(s.cls, f"{key}."))
             continue
         if isinstance(s, mi.DictType):

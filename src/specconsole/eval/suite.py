@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -72,14 +73,16 @@ class SuiteFile(Table, frozen=True):
     tasks: tuple[TaskEntry, ...] = ()
 
 
-class Task(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Task:
     name: str
     prompt: str
     max_new_tokens: int | None = None
     description: str = ""
 
 
-class Suite(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Suite:
     name: str
     tasks: tuple[Task, ...]
     path: str = "<suite>"
@@ -114,7 +117,7 @@ class Suite(msgspec.Struct, frozen=True):
         for n in names:
             if n not in seen:
                 seen.append(n)
-        return msgspec.structs.replace(self, tasks=tuple(by_name[n] for n in seen))
+        return replace(self, tasks=tuple(by_name[n] for n in seen))
 
 
 def default_suite_path() -> Path | None:
