@@ -28,6 +28,7 @@ LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 
 DEFAULT_CONFIG_ENV = "SPECCONSOLE_CONFIG"
 
+
 def _positive(why: str, example: float | None = None) -> msgspec.Meta:
     """A number > 0; ``why`` says why 0 makes no sense."""
     return num(gt=0, why=why, example=example)
