@@ -87,8 +87,6 @@ def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None)
     if sample is None:
         return f"{name}: no training log read yet"
     p = sample.value
-    if p.state == "stopped":
-        return f"{name}: training stopped" + (f" at step {p.step}" if p.step is not None else "")
     step = f"step {p.step}" if p.step is not None else "no step yet"
     return f"{name}: training {'stalled' if p.stalled else 'running'}, {step}"
 
