@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "==> ruff check"
 .venv/bin/ruff check src tests bench
+echo "==> mypy (strict, src/specconsole)"
+.venv/bin/mypy
 echo "==> import contracts"
 .venv/bin/lint-imports --no-cache
 echo "==> pytest"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from msgspec import inspect as mi
 
 from specconsole.config import (
     ConsoleSettings,
@@ -176,11 +176,15 @@ def test_zero_grace_and_fractional_epochs_are_allowed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "cls", [SshSettings, GpuConfig, KillConfig, TrainingConfig, SglangConfig, HostConfig, ConsoleSettings])
 def test_every_number_declares_its_range(cls: type) -> None:
-    """The reader checks numbers against per-key bounds: no number may be left unbounded."""
-    for f in dataclasses.fields(cls):
-        if "int" in str(f.type).replace("Config", "") or "float" in str(f.type):
-            bounds = [f.metadata.get(b) for b in ("gt", "ge", "le")]
-            assert any(b is not None for b in bounds), f"{cls.__name__}.{f.name} has no declared range"
+    """msgspec checks numbers against per-key bounds: no number may be left unbounded."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.DataclassType)
+    for f in info.fields:
+        types = f.type.types if isinstance(f.type, mi.UnionType) else (f.type,)
+        for t in types:
+            t = t.type if isinstance(t, mi.Metadata) else t
+            if isinstance(t, mi.IntType | mi.FloatType):
+                assert any(b is not None for b in (t.gt, t.ge, t.le)), f"{cls.__name__}.{f.name} has no declared range"
 
 
 def test_cli_reports_a_bad_url_in_one_line(tmp_path: Path) -> None:

@@ -91,8 +91,8 @@ def test_broken_theme_file_is_skipped_with_a_reason(tmp_path: Path) -> None:
     loaded = load_themes([BUNDLED_DIR, tmp_path])
     assert "mine" in loaded.names and "bad" not in loaded.names and "typo" not in loaded.names
     text = "\n".join(loaded.warnings)
-    assert "bad.toml: primary = 'not-a-colour' is not a colour" in text
-    assert "typo.toml: unknown key 'primray'" in text
+    assert "bad.toml: primary: 'not-a-colour' is not a colour (fix: " in text
+    assert "typo.toml: primray: unknown key (fix: did you mean 'primary'?)" in text
     assert "broken.toml: invalid TOML" in text
 
 

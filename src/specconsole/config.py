@@ -6,112 +6,107 @@ and the fix; the CLI turns it into a one-line message and exit code 2.
 
 from __future__ import annotations
 
-import difflib
-import math
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
+
+import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
+from specconsole.validation import Invalid, Text, convert, named_items, num
 
 Role = Literal["train", "serve", "both"]
-ROLES: tuple[str, ...] = ("train", "serve", "both")
-GPU_SOURCES: tuple[str, ...] = ("auto", "nvidia-smi", "nvml", "prometheus", "none")
-SGLANG_SOURCES: tuple[str, ...] = ("auto", "http", "prometheus")
-LOG_FORMATS: tuple[str, ...] = ("auto", "json", "kv", "tqdm", "regex")
+GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]
+#: where a host's SGLang metrics come from: "http" polls base_url; "prometheus" reads the
+#: [prometheus] server; "auto" is "prometheus" when [prometheus] all_hosts = true, else "http"
+SglangSource = Literal["auto", "http", "prometheus"]
+LogFormat = Literal["auto", "json", "kv", "tqdm", "regex"]
+ROLES: tuple[str, ...] = get_args(Role)
+GPU_SOURCES: tuple[str, ...] = get_args(GpuSource)
+SGLANG_SOURCES: tuple[str, ...] = get_args(SglangSource)
+LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 
 DEFAULT_CONFIG_ENV = "SPECCONSOLE_CONFIG"
 
 
-def _num(default: float | None = None, *, gt: float | None = None, ge: float | None = None,
-         le: float | None = None, why: str = "", what: str = "", example: float | None = None) -> Any:
-    """A numeric setting and its allowed range, checked by the reader: every number has one.
-
-    ``gt``/``ge``/``le`` are the bounds; ``why`` says in the error why the bound exists;
-    ``what`` names the kind of value (``a TCP port``); ``example`` is the value the fix
-    suggests (the default when there is one). ``inf`` and ``nan`` are refused for every number.
-    """
-    meta = {"gt": gt, "ge": ge, "le": le, "why": why, "what": what,
-            "example": default if example is None else example}
-    return field(default=default, metadata=meta)
+def _positive(why: str, example: float | None = None) -> msgspec.Meta:
+    """A number > 0; ``why`` says why 0 makes no sense."""
+    return num(gt=0, why=why, example=example)
 
 
 @dataclass(frozen=True)
 class SshSettings:
     """SSH defaults; any host may override them. ``None`` means "as OpenSSH would"."""
 
-    known_hosts: str | None = None
-    keepalive_s: float = _num(15.0, gt=0, why="keepalives are how a dead host is noticed")
-    connect_timeout_s: float = _num(10.0, gt=0, why="0 would give up before connecting")
-    backoff_initial_s: float = _num(0.5, gt=0, why="0 would retry in a busy loop")
-    backoff_max_s: float = _num(15.0, gt=0, why="0 would retry in a busy loop")
-    ssh_config: str | None = None
+    known_hosts: Text | None = None
+    keepalive_s: Annotated[float, _positive("keepalives are how a dead host is noticed")] = 15.0
+    connect_timeout_s: Annotated[float, _positive("0 would give up before connecting")] = 10.0
+    backoff_initial_s: Annotated[float, _positive("0 would retry in a busy loop")] = 0.5
+    backoff_max_s: Annotated[float, _positive("0 would retry in a busy loop")] = 15.0
+    ssh_config: Text | None = None
 
 
 @dataclass(frozen=True)
 class GpuConfig:
-    source: str = "auto"
-    interval_s: float = _num(1.0, gt=0, why="it is the time between two readings")
+    source: GpuSource = "auto"
+    interval_s: Annotated[float, _positive("it is the time between two readings")] = 1.0
 
 
 @dataclass(frozen=True)
 class KillConfig:
     """How to find the training job: the first of pid_file, systemd_unit, pattern that is set."""
 
-    pid_file: str | None = None
-    systemd_unit: str | None = None
-    pattern: str | None = None
-    grace_s: float = _num(30.0, ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once")
+    pid_file: Text | None = None
+    systemd_unit: Text | None = None
+    pattern: Text | None = None
+    grace_s: Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once")] = 30.0
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    log_path: str
-    format: str = "auto"
+    log_path: Text
+    format: LogFormat = "auto"
     patterns: tuple[str, ...] = ()
-    total_steps: int | None = _num(gt=0, why="the step count the ETA aims at", example=33000)
-    total_epochs: float | None = _num(gt=0, why="the epoch count the ETA aims at", example=6)
-    steps_per_epoch: int | None = _num(gt=0, why="it converts epochs to steps", example=5500)
-    tail_lines: int = _num(200, gt=0, why="it is how many past lines are read at start")
-    stall_warning_min: float = _num(10.0, gt=0, why="0 would flag every job as stalled")
+    total_steps: Annotated[int, _positive("the step count the ETA aims at", 33000)] | None = None
+    total_epochs: Annotated[float, _positive("the epoch count the ETA aims at", 6)] | None = None
+    steps_per_epoch: Annotated[int, _positive("it converts epochs to steps", 5500)] | None = None
+    tail_lines: Annotated[int, _positive("it is how many past lines are read at start")] = 200
+    stall_warning_min: Annotated[float, _positive("0 would flag every job as stalled")] = 10.0
     #: where the run saves checkpoints (default: where the log says it saved, else the log's folder)
-    checkpoint_dir: str | None = None
+    checkpoint_dir: Text | None = None
     kill: KillConfig = field(default_factory=KillConfig)
 
 
 @dataclass(frozen=True)
 class SglangConfig:
-    base_url: str
-    unit: str = "sglang.service"
+    base_url: Text
+    unit: Text = "sglang.service"
     tunnel: bool = False
-    interval_s: float = _num(2.0, gt=0, why="it is the time between two polls")
-    timeout_s: float = _num(3.0, gt=0, why="0 would fail every request")
-    draft_model_path: str | None = None
-    api_key: str | None = None
-    #: where the metrics come from: "http" polls base_url; "prometheus" reads the [prometheus]
-    #: server; "auto" is "prometheus" when [prometheus] all_hosts = true, else "http".
-    source: str = "auto"
+    interval_s: Annotated[float, _positive("it is the time between two polls")] = 2.0
+    timeout_s: Annotated[float, _positive("0 would fail every request")] = 3.0
+    draft_model_path: Text | None = None
+    api_key: Text | None = None
+    source: SglangSource = "auto"
 
 
 @dataclass(frozen=True)
 class HostConfig:
-    name: str
+    name: Text
     role: Role
     connect: Literal["local", "ssh"] = "local"
-    host: str | None = None
-    port: int | None = _num(ge=1, le=65535, what="a TCP port", why="22 is SSH's default",
-                            example=22)
-    user: str | None = None
-    identity_file: str | None = None
+    host: Text | None = None
+    port: Annotated[int, num(ge=1, le=65535, what="a TCP port", why="22 is SSH's default", example=22)] | None = None
+    user: Text | None = None
+    identity_file: Text | None = None
     ssh: SshSettings = field(default_factory=SshSettings)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     training: TrainingConfig | None = None
     sglang: SglangConfig | None = None
-    #: deploy as the login user through ``sudo -n`` (see actions/privilege.py)
+    #: the login user is not root: a deploy runs its privileged part through ``sudo -n``
     sudo: bool = False
 
     @property
@@ -123,16 +118,26 @@ class HostConfig:
         return self.role in ("serve", "both")
 
 
+def _state_dir() -> str:
+    return str(paths.state_dir())
+
+
+def _audit_log() -> str:
+    return str(paths.state_dir() / "audit.log")
+
+
 @dataclass(frozen=True)
 class ConsoleSettings:
-    refresh_s: float = _num(1.0, gt=0, why="it is the time between two redraws")
+    refresh_s: Annotated[float, _positive("it is the time between two redraws")] = 1.0
     read_only: bool = False
-    theme: str | None = None
-    audit_log: str = field(default_factory=lambda: str(paths.state_dir() / "audit.log"))
-    state_dir: str = field(default_factory=lambda: str(paths.state_dir()))
+    theme: Text | None = None
+    audit_log: Text = field(default_factory=_audit_log)
+    state_dir: Text = field(default_factory=_state_dir)
 
 
-# --- [prometheus] (issue 13): self-contained so it ports as one block ----------------------
+LabelName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
 @dataclass(frozen=True)
 class PrometheusConfig:
     """A Prometheus server that scrapes the fleet (DCGM exporter, SGLang ``/metrics``).
@@ -142,35 +147,29 @@ class PrometheusConfig:
     whose source is "auto". SSH stays for logs, kill and deploy.
     """
 
-    url: str
+    url: Text
     #: the label naming the host on DCGM/SGLang series; "hostname", then "instance" (its host
     #: part) are tried when a series lacks it.
-    host_label: str = "Hostname"
+    host_label: LabelName = "Hostname"
     #: Prometheus host name -> console host name, for names that differ.
-    host_map: dict[str, str] = field(default_factory=dict)
+    host_map: dict[str, Text] = field(default_factory=dict)
     all_hosts: bool = False
     #: DCGM exporter collects every 30 s by default and fleets scrape every 15-30 s: polling
     #: faster shows nothing new (and a 1,000-host fleet's answer is ~5 MB).
-    interval_s: float = _num(5.0, gt=0, why="it is the time between two fleet queries")
-    timeout_s: float = _num(5.0, gt=0, why="0 would fail every query")
-    history_s: float = _num(3600.0, ge=0, why="how far back the plots start; 0: no history")
+    interval_s: Annotated[float, _positive("it is the time between two fleet queries")] = 5.0
+    timeout_s: Annotated[float, _positive("0 would fail every query")] = 5.0
+    history_s: Annotated[float, num(ge=0, why="how far back the plots start; 0: no history")] = 3600.0
 
 
-def _parse_prometheus(r: _Reader, raw: Any) -> PrometheusConfig:
-    data = dict(r.table(raw, "prometheus"))
-    host_map = r.table(data.pop("host_map", {}), "prometheus.host_map")
-    for k, v in host_map.items():
-        if not isinstance(v, str) or not v:
-            raise r.fail(f"prometheus.host_map.{k}", f"must be a console host name, got {v!r}",
-                         f'write "{k}" = "console-host-name"')
-    prom = r.build(PrometheusConfig, data, "prometheus", host_map=dict(host_map))
-    _check_base_url(r, "prometheus.url", prom.url)
-    import re
+@dataclass(frozen=True)
+class ConfigFile:
+    """The file as written: what :func:`parse_config` validates (``[ssh]`` is every host's default)."""
 
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prom.host_label):
-        raise r.fail("prometheus.host_label", f"not a Prometheus label name: {prom.host_label!r}",
-                     'use letters, digits and _, e.g. host_label = "Hostname"')
-    return prom
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
+    ssh: SshSettings = field(default_factory=SshSettings)
+    keys: dict[str, Text] = field(default_factory=dict)
+    hosts: tuple[HostConfig, ...] = ()
+    prometheus: PrometheusConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -198,94 +197,15 @@ class Config:
 
 # --------------------------------------------------------------------------- parsing
 
-D = TypeVar("D")
-
 
 class _Reader:
-    """Reads one TOML table into a dataclass, rejecting unknown keys and wrong types."""
+    """Raises :class:`ConfigError` for one file."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def fail(self, key: str | None, problem: str, fix: str) -> ConfigError:
         return ConfigError(self.path, key, problem, fix)
-
-    def table(self, data: Any, key: str) -> dict[str, Any]:
-        if not isinstance(data, dict):
-            raise self.fail(key, f"must be a table, got {type(data).__name__}", f"write [{key}]")
-        return data
-
-    def build(self, cls: type[D], data: dict[str, Any], prefix: str, **extra: Any) -> D:
-        names = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
-        kwargs: dict[str, Any] = dict(extra)
-        for key, value in data.items():
-            full = f"{prefix}.{key}" if prefix else key
-            if key not in names or key in extra:
-                close = difflib.get_close_matches(key, list(names), n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"remove it (allowed: {', '.join(sorted(names))})"
-                raise self.fail(full, "unknown key", hint)
-            kwargs[key] = self.value(full, value, names[key])
-        try:
-            return cls(**kwargs)
-        except TypeError as err:
-            missing = [n for n, f in names.items() if n not in kwargs and _required(f)]
-            key = f"{prefix}.{missing[0]}" if missing and prefix else (missing[0] if missing else prefix)
-            raise self.fail(key, "required key is missing", f"add {key} = ...") from err
-
-    def value(self, key: str, value: Any, spec: Any) -> Any:
-        ann = str(spec.type)
-        if ann.startswith("tuple[str"):
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise self.fail(key, "must be a list of strings", f'write {key.rsplit(".", 1)[-1]} = ["..."]')
-            return tuple(value)
-        if "float" in ann or "int" in ann:
-            return self.number(key, value, integer="float" not in ann, spec=spec)
-        if "bool" in ann:
-            if not isinstance(value, bool):
-                raise self.fail(key, f"must be true or false, got {value!r}", "write true or false")
-            return value
-        if "str" in ann:
-            if not isinstance(value, str) or not value.strip():
-                raise self.fail(key, f"must be a non-empty string, got {value!r}", 'write it in quotes, e.g. "x"')
-            return value
-        return value
-
-
-    def number(self, key: str, value: Any, *, integer: bool, spec: Any) -> int | float:
-        """A number within the field's declared range (see :func:`_num`); never inf or nan."""
-        meta = spec.metadata
-        example = f"e.g. {meta.get('example', spec.default):g}"
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            kind = "an integer" if integer else "a number"
-            raise self.fail(key, f"must be {kind}, got {value!r}", f"use {example}")
-        if integer and not isinstance(value, int):
-            raise self.fail(key, f"must be an integer, got {value!r}", f"use a whole number, {example}")
-        if not math.isfinite(value):
-            raise self.fail(key, f"must be a finite number, got {value!r}", f"use {example}")
-        gt, ge, le = meta.get("gt"), meta.get("ge"), meta.get("le")
-        bad = ((gt is not None and not value > gt) or (ge is not None and not value >= ge)
-               or (le is not None and not value <= le))
-        if bad:
-            allowed = " and ".join(f"{op} {b:g}" for op, b in ((">", gt), (">=", ge), ("<=", le))
-                                   if b is not None)
-            problem = (f"not {meta['what']}: {value!r}" if meta.get("what") else
-                       "must be positive" if gt == 0 and not le else f"must be {allowed}")
-            if not meta.get("what"):
-                problem += f", got {value!r}"
-            why = f" ({meta['why']})" if meta.get("why") else ""
-            raise self.fail(key, problem + why, f"use a value {allowed}, {example}")
-        return value if integer else float(value)
-
-
-def _required(f: Any) -> bool:
-    from dataclasses import MISSING
-
-    return f.default is MISSING and f.default_factory is MISSING
-
-
-def _choice(r: _Reader, key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise r.fail(key, f"must be one of {', '.join(choices)}, got {value!r}", f"set {key} = \"{choices[0]}\"")
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -309,85 +229,56 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     r = _Reader(path)
-    unknown = set(data) - {"console", "ssh", "hosts", "keys", "prometheus"}
-    if unknown:
-        key = sorted(unknown)[0]
-        raise r.fail(key, "unknown top-level key",
-                     "allowed: [console], [ssh], [keys], [prometheus], [[hosts]]")
-    prometheus = _parse_prometheus(r, data["prometheus"]) if "prometheus" in data else None
-    console = r.build(ConsoleSettings, r.table(data.get("console", {}), "console"), "console")
-    ssh_defaults = r.build(SshSettings, r.table(data.get("ssh", {}), "ssh"), "ssh")
-    keys_raw = r.table(data.get("keys", {}), "keys")
-    for k, v in keys_raw.items():
-        if not isinstance(v, str) or not v:
-            raise r.fail(f"keys.{k}", f"must be a key name string, got {v!r}", f'write {k} = "ctrl+k"')
-    hosts_raw = data.get("hosts")
-    if not hosts_raw:
+    try:
+        file = convert(data, ConfigFile, label=named_items)
+    except Invalid as err:
+        raise r.fail(err.key, err.problem, err.fix) from None
+    if not file.hosts:
         raise r.fail("hosts", "no hosts configured", "add at least one [[hosts]] table with name and role")
-    if not isinstance(hosts_raw, list):
-        raise r.fail("hosts", "must be an array of tables", "write each host as [[hosts]]")
+    if file.prometheus is not None:
+        _check_base_url(r, "prometheus.url", file.prometheus.url)
+    hosts_raw = data["hosts"]
     hosts: list[HostConfig] = []
     seen: set[str] = set()
-    for i, h in enumerate(hosts_raw):
-        hosts.append(_parse_host(r, r.table(h, f"hosts[{i}]"), i, ssh_defaults))
-        if hosts[-1].name in seen:
-            raise r.fail(f"hosts[{i}].name", f"duplicate host name {hosts[-1].name!r}", "give every host a unique name")
-        seen.add(hosts[-1].name)
-        _check_prometheus_use(r, hosts[-1], i, prometheus)
-    return Config(path=path, hosts=tuple(hosts), console=console, keys=dict(keys_raw),
-                  prometheus=prometheus)
+    for i, h in enumerate(file.hosts):
+        own_ssh = hosts_raw[i].get("ssh", {})
+        # [ssh] is every host's default; what the host's own [hosts.ssh] sets wins
+        ssh = replace(file.ssh, **{k: getattr(h.ssh, k) for k in own_ssh})
+        hosts.append(_check_host(r, replace(h, ssh=ssh), named_items(data, ("hosts", i))))
+        _check_prometheus_use(r, hosts[-1], named_items(data, ("hosts", i)), file.prometheus)
+        if h.name in seen:
+            raise r.fail(f"hosts[{i}].name", f"duplicate host name {h.name!r}", "give every host a unique name")
+        seen.add(h.name)
+    return Config(path=path, hosts=tuple(hosts), console=file.console, keys=dict(file.keys),
+                  prometheus=file.prometheus)
 
 
-def _check_prometheus_use(r: _Reader, host: HostConfig, i: int,
+def _check_prometheus_use(r: _Reader, host: HostConfig, prefix: str,
                           prometheus: PrometheusConfig | None) -> None:
     """A host may only ask for Prometheus readings when a [prometheus] server is configured."""
     if prometheus is not None:
         return
-    prefix = f"hosts[{i}] ({host.name})"
+    fix = 'add [prometheus] with url = "http://prometheus:9090"'
     if host.gpu.source == "prometheus":
-        raise r.fail(f"{prefix}.gpu.source", "\"prometheus\" needs a [prometheus] section",
-                     'add [prometheus] with url = "http://prometheus:9090"')
+        raise r.fail(f"{prefix}.gpu.source", "\"prometheus\" needs a [prometheus] section", fix)
     if host.sglang is not None and host.sglang.source == "prometheus":
-        raise r.fail(f"{prefix}.sglang.source", "\"prometheus\" needs a [prometheus] section",
-                     'add [prometheus] with url = "http://prometheus:9090"')
+        raise r.fail(f"{prefix}.sglang.source", "\"prometheus\" needs a [prometheus] section", fix)
 
 
-def _parse_host(r: _Reader, h: dict[str, Any], i: int, ssh_defaults: SshSettings) -> HostConfig:
-    prefix = f"hosts[{i}]"
-    name = h.get("name")
-    if isinstance(name, str) and name:
-        prefix = f"hosts[{i}] ({name})"
-    h = dict(h)
-    subtables: dict[str, Any] = {}
-    for sub in ("ssh", "gpu", "training", "sglang"):
-        if sub in h:
-            subtables[sub] = r.table(h.pop(sub), f"{prefix}.{sub}")
-    ssh_over = subtables.get("ssh", {})
-    ssh = r.build(SshSettings, {**_asdict(ssh_defaults), **ssh_over}, f"{prefix}.ssh")
+def _check_host(r: _Reader, host: HostConfig, prefix: str) -> HostConfig:
+    """What one field's declaration cannot say: rules between fields."""
+    ssh, gpu, training, sglang = host.ssh, host.gpu, host.training, host.sglang
     if ssh.backoff_max_s < ssh.backoff_initial_s:
         raise r.fail(f"{prefix}.ssh.backoff_max_s",
                      f"{ssh.backoff_max_s:g} is below backoff_initial_s = {ssh.backoff_initial_s:g}",
                      f"use backoff_max_s >= {ssh.backoff_initial_s:g}")
-    gpu = r.build(GpuConfig, subtables.get("gpu", {}), f"{prefix}.gpu")
-    _choice(r, f"{prefix}.gpu.source", gpu.source, GPU_SOURCES)
-    training = None
-    if "training" in subtables:
-        t = dict(subtables["training"])
-        kill = r.build(KillConfig, r.table(t.pop("kill", {}), f"{prefix}.training.kill"), f"{prefix}.training.kill")
-        training = r.build(TrainingConfig, t, f"{prefix}.training", kill=kill)
-        _choice(r, f"{prefix}.training.format", training.format, LOG_FORMATS)
+    if training is not None:
         if training.format == "regex" and not training.patterns:
             raise r.fail(f"{prefix}.training.patterns", "format = \"regex\" needs patterns",
                          'add patterns = ["step (?P<step>\\\\d+) loss (?P<loss>[0-9.]+)"]')
         _check_patterns(r, f"{prefix}.training.patterns", training.patterns)
-    sglang = None
-    if "sglang" in subtables:
-        sglang = r.build(SglangConfig, subtables["sglang"], f"{prefix}.sglang")
+    if sglang is not None:
         _check_base_url(r, f"{prefix}.sglang.base_url", sglang.base_url)
-        _choice(r, f"{prefix}.sglang.source", sglang.source, SGLANG_SOURCES)
-    host = r.build(HostConfig, h, prefix, ssh=ssh, gpu=gpu, training=training, sglang=sglang)
-    _choice(r, f"{prefix}.role", host.role, ROLES)
-    _choice(r, f"{prefix}.connect", host.connect, ("local", "ssh"))
     if host.connect == "ssh" and not host.host:
         raise r.fail(f"{prefix}.host", "connect = \"ssh\" needs a host",
                      'add host = "name-or-address" (an ~/.ssh/config alias works)')
@@ -433,10 +324,6 @@ def _check_patterns(r: _Reader, key: str, patterns: tuple[str, ...]) -> None:
                          "fix the pattern (Python re syntax)") from None
         if not rx.groupindex:
             raise r.fail(key, f"pattern {p!r} has no named groups", "name the fields, e.g. (?P<step>\\d+)")
-
-
-def _asdict(obj: Any) -> dict[str, Any]:
-    return {f.name: getattr(obj, f.name) for f in fields(obj) if getattr(obj, f.name) is not None}
 
 
 def default_config_path() -> str | None:

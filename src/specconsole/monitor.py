@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 from specconsole.config import Config, HostConfig
 from specconsole.events import EventLog
@@ -19,6 +19,15 @@ from specconsole.hosts import Connection, ConnState, Host, make_host
 from specconsole.hosts.address import ssh_address
 from specconsole.samples import Sample
 from specconsole.shutdown import STOP_TIMEOUT_S
+from specconsole.sources import Publish, Source
+from specconsole.sources.gpu import GpuSnapshot
+from specconsole.sources.sglang import SglangSnapshot
+from specconsole.sources.training import TrainingProgress
+
+if TYPE_CHECKING:
+    from specconsole.sources.prometheus_fleet import PrometheusPoller
+
+T = TypeVar("T")
 
 SOURCE_KINDS = ("gpu", "sglang", "training")
 
@@ -37,9 +46,9 @@ class HostStatus:
     role: str
     address: str
     connection: Connection
-    gpu: Sample[Any] | None
-    sglang: Sample[Any] | None
-    training: Sample[Any] | None
+    gpu: Sample[GpuSnapshot] | None
+    sglang: Sample[SglangSnapshot] | None
+    training: Sample[TrainingProgress] | None
     expected: tuple[str, ...]
 
     @property
@@ -51,13 +60,12 @@ class HostStatus:
         """Every source this host is configured for has published something meaningful: a
         training sample counts once the log's first lines arrived or the tail reported why not,
         and the job's processes were checked (running or stopped)."""
-        for kind in self.expected:
-            sample = getattr(self, kind)
-            if sample is None:
-                return False
-            if kind == "training" and not (sample.value.lines_seen or sample.value.error):
-                return False
-            if kind == "training" and getattr(sample.value, "state", "") is None:
+        samples = {"gpu": self.gpu, "sglang": self.sglang, "training": self.training}
+        if any(samples.get(kind) is None for kind in self.expected):
+            return False
+        if "training" in self.expected and self.training is not None:
+            progress = self.training.value
+            if not (progress.lines_seen or progress.error) or progress.state is None:
                 return False
         return True
 
@@ -66,23 +74,23 @@ class HostMonitor:
     """Runs one host's connection and sources; holds their latest samples."""
 
     def __init__(self, config: HostConfig, host: Host | None = None,
-                 events: EventLog | None = None, prometheus: Any = None) -> None:
+                 events: EventLog | None = None, prometheus: PrometheusPoller | None = None) -> None:
         self.config = config
         self.prometheus = prometheus  # a PrometheusPoller feeding this host's gpu/sglang, or None
         self.host = host or make_host(config)
         self.events = events or EventLog()
         self._last_state: ConnState | None = None
-        self.samples: dict[str, Sample[Any]] = {}
+        self.samples: dict[str, Sample[object]] = {}
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._listeners: list[ChangeListener] = []
         self.host.add_listener(self._connection_changed)
 
-    def _build_sources(self) -> dict[str, Any]:
+    def _build_sources(self) -> dict[str, Source[object]]:
         from specconsole.sources.gpu import make_gpu_source
 
-        sources: dict[str, Any] = {}
+        sources: dict[str, Source[object]] = {}
         fed = self.prometheus.sources_for(self.config) if self.prometheus is not None else {}
         gpu = fed.get("gpu") or make_gpu_source(self.host, self.config.gpu)
         if gpu is not None:
@@ -122,8 +130,8 @@ class HostMonitor:
         for listener in list(self._listeners):
             listener(self.config.name, kind)
 
-    def _publisher(self, kind: str) -> Callable[[Sample[Any]], None]:
-        def publish(sample: Sample[Any]) -> None:
+    def _publisher(self, kind: str) -> Publish[object]:
+        def publish(sample: Sample[object]) -> None:
             self.samples[kind] = sample
             self._changed(kind)
 
@@ -135,7 +143,7 @@ class HostMonitor:
             self._tasks.append(asyncio.create_task(
                 self._run_source(kind, source), name=f"{self.config.name}-{kind}"))
 
-    async def _run_source(self, kind: str, source: Any) -> None:
+    async def _run_source(self, kind: str, source: Source[object]) -> None:
         """A source's loop; if it ever crashes, the error is kept and the loop restarted."""
         while not self._stopping:
             try:
@@ -176,9 +184,14 @@ class HostMonitor:
             address = ssh_address(c)
         return HostStatus(
             name=c.name, role=c.role, address=address, connection=self.host.status,
-            gpu=self.samples.get("gpu"), sglang=self.samples.get("sglang"),
-            training=self.samples.get("training"), expected=self.expected,
+            gpu=self.latest("gpu", GpuSnapshot), sglang=self.latest("sglang", SglangSnapshot),
+            training=self.latest("training", TrainingProgress), expected=self.expected,
         )
+
+    def latest(self, kind: str, value_type: type[T]) -> Sample[T] | None:
+        """The newest sample of source ``kind``, if it holds a ``value_type``."""
+        sample = self.samples.get(kind)
+        return sample if sample is not None and _holds(sample, value_type) else None
 
 
 class Fleet:
@@ -221,6 +234,11 @@ class Fleet:
     def statuses(self) -> list[HostStatus]:
         return [m.status() for m in self.monitors.values()]
 
+    def host(self, name: str) -> Host | None:
+        """The host ``name``'s connection (the one its monitor reads through), if configured."""
+        monitor = self.monitors.get(name)
+        return monitor.host if monitor is not None else None
+
     async def first_snapshot(self, timeout: float) -> list[HostStatus]:
         """Wait until every host is complete or known unreachable, at most ``timeout`` s."""
         deadline = time.monotonic() + timeout
@@ -238,7 +256,11 @@ class Fleet:
         return self.statuses()
 
 
-def _retrieve(tasks: list[asyncio.Future[Any]]) -> None:
+def _holds(sample: Sample[object], value_type: type[T]) -> TypeGuard[Sample[T]]:
+    return isinstance(sample.value, value_type)
+
+
+def _retrieve(tasks: Iterable[asyncio.Future[T]]) -> None:
     """Collect finished tasks' exceptions (a stop reports nothing; asyncio must not log them)."""
     for task in tasks:
         if task.done() and not task.cancelled():

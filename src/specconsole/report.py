@@ -14,6 +14,9 @@ from typing import Any
 
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
+from specconsole.sources.gpu import GpuSnapshot
+from specconsole.sources.sglang import SglangSnapshot
+from specconsole.sources.training import TrainingProgress
 
 
 def jsonable(value: Any) -> Any:
@@ -94,15 +97,16 @@ def status_text(statuses: list[HostStatus], now: float | None = None) -> str:
             out.extend(_sglang_lines(s.sglang, now))
         if s.training is not None:
             out.extend(_training_lines(s.training, now))
+        present = {"gpu": s.gpu, "sglang": s.sglang, "training": s.training}
         for kind in s.expected:
-            if getattr(s, kind) is None:
+            if present.get(kind) is None:
                 out.append(f"   {kind}: no data yet")
     return "\n".join(out)
 
 
-def _gpu_lines(sample: Sample[Any], now: float) -> list[str]:
+def _gpu_lines(sample: Sample[GpuSnapshot], now: float) -> list[str]:
     g = sample.value
-    state = getattr(g.state, "value", g.state)
+    state = g.state.value
     lines = [f"   gpus: {state}, {len(g.gpus)} GPU(s) ({_stamp(sample, now)})"]
     if g.error:
         lines.append(f"     {g.error}")
@@ -119,9 +123,9 @@ def _gpu_lines(sample: Sample[Any], now: float) -> list[str]:
     return lines
 
 
-def _sglang_lines(sample: Sample[Any], now: float) -> list[str]:
+def _sglang_lines(sample: Sample[SglangSnapshot], now: float) -> list[str]:
     v = sample.value
-    state = getattr(v.state, "value", v.state)
+    state = v.state.value
     lines = [f"   sglang: {state} ({_stamp(sample, now)})"]
     if v.error:
         lines.append(f"     {v.error}")
@@ -136,17 +140,16 @@ def _sglang_lines(sample: Sample[Any], now: float) -> list[str]:
     return lines
 
 
-def _training_lines(sample: Sample[Any], now: float) -> list[str]:
+def _training_lines(sample: Sample[TrainingProgress], now: float) -> list[str]:
     p = sample.value
     total = f"/{p.total_steps}" if p.total_steps else ""
     epochs = f"/{p.total_epochs:g}" if p.total_epochs else ""
     epoch = f"{p.epoch:.2f}" if p.epoch is not None else "n/a"
-    state = f"job {p.state}: " if getattr(p, "state", None) else ""
+    state = f"job {p.state}: " if p.state else ""
     lines = [f"   training: step {_num(p.step)}{total}, epoch {epoch}{epochs}, "
              f"loss {_num(p.loss, '{:.4f}')} ({_stamp(sample, now)})"]
     lines.append(f"     {state}{_num(p.tokens_per_s, '{:.0f}')} tok/s, {_num(p.steps_per_s, '{:.3f}')} steps/s, "
                  f"ETA {p.eta_text or 'n/a'}, malformed lines {p.malformed}")
-    err = getattr(p, "error", None)
-    if err:
-        lines.append(f"     {err}")
+    if p.error:
+        lines.append(f"     {p.error}")
     return lines

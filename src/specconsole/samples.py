@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 #: Slack added to a sample's interval before it counts as stale, so ordinary delivery
 #: jitter (a 1 s stream line arriving 30 ms late) does not flicker the pane.
@@ -14,10 +14,10 @@ STALE_GRACE_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
-class Sample(Generic[T]):
+class Sample(Generic[T_co]):
     """A value observed at wall-clock time ``at`` (``time.time()``), expected every ``interval`` s."""
 
-    value: T
+    value: T_co
     at: float
     interval: float
 

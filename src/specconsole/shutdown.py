@@ -88,13 +88,13 @@ class ExitGuard:
     the caller started (the demo's lab). :meth:`disarm` once the guarded part is over.
     """
 
-    def __init__(self, *, deadline_s: float = EXIT_DEADLINE_S, note: Callable[[str], None] | None = None,
+    def __init__(self, *, deadline_s: float = EXIT_DEADLINE_S, note: Callable[[str], object] | None = None,
                  restore: Callable[[], None] | None = None, cleanup: Callable[[], None] | None = None) -> None:
         self.deadline_s = deadline_s
         self.note = note
         self.restore = restore
         self.cleanup = cleanup
-        self.on_signal: Callable[[int], None] | None = None
+        self.on_signal: Callable[[int], object] | None = None
         self.signal: int | None = None
         self.reason: str | None = None
         self.code = 0
@@ -107,7 +107,7 @@ class ExitGuard:
         self.spare: frozenset[int] = frozenset()
 
     # -- signals -------------------------------------------------------------------------------
-    def install(self, on_signal: Callable[[int], None] | None = None) -> ExitGuard:
+    def install(self, on_signal: Callable[[int], object] | None = None) -> ExitGuard:
         self.on_signal = on_signal
         self.spare = frozenset(child_pids())
         for sig in SIGNALS:

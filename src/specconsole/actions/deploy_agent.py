@@ -560,7 +560,8 @@ class UnitWatch:
 def read_lock(path: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as f:
-            return json.loads(f.read() or "{}")
+            lock = json.loads(f.read() or "{}")
+        return lock if isinstance(lock, dict) else None
     except (OSError, ValueError):
         return None
 

@@ -132,7 +132,7 @@ class Steps:
                   command=line, exit_status=res.exit_status, took_s=res.elapsed_s, host=host.name)
         return res
 
-    async def _beat_while(self, task: asyncio.Future[object], what: Callable[[], str], started: float) -> None:
+    async def _beat_while(self, task: asyncio.Future[T], what: Callable[[], str], started: float) -> None:
         """Wait for ``task``; whenever :data:`HEARTBEAT_S` passes without an event, say ``what()``."""
         while not task.done():
             due = self._last_at + HEARTBEAT_S

@@ -77,7 +77,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_eval_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``eval`` (with ``run``, ``list``, ``compare``, ``import``) to specconsole's subparsers."""
     ev = subparsers.add_parser(
         "eval", help="acceptance length per coding task: run the benchmark, list, compare, import results",

@@ -24,20 +24,53 @@ replaces the inherited one, new names are appended. Every error is a one-line
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
+from specconsole.validation import Invalid, Table, Text, convert, num, text
+
+T = TypeVar("T")
 
 SUITE_ENV = "SPECCONSOLE_EVAL_SUITE"
 DEFAULT_SUITE_NAME = "eval-coding.toml"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_SUITE_KEYS = {"name", "description", "temperature", "max_new_tokens", "prompt_template", "extends"}
-_TASK_KEYS = {"name", "prompt", "max_new_tokens", "description"}
+
+Tokens = Annotated[int, num(gt=0, problem="must be a positive integer", example=512)]
+
+
+class SuiteHead(Table, frozen=True):
+    """``[suite]``: a key left out is inherited from ``extends`` (else the default)."""
+
+    name: Text | None = None
+    description: str | None = None
+    temperature: Annotated[float, num(ge=0, problem="must be a number >= 0", example=0,
+                                      why="0 is greedy: acceptance lengths compare only at 0")] | None = None
+    max_new_tokens: Tokens | None = None
+    prompt_template: Annotated[str, text(r"\{prompt\}", "must be a string containing {prompt}",
+                                         'write prompt_template = "{prompt}"')] | None = None
+    extends: Text | None = None
+
+
+class TaskEntry(Table, frozen=True):
+    """One ``[[tasks]]``."""
+
+    name: Annotated[str, text(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", "must be a simple name",
+                              'use letters, digits, _ . -, e.g. name = "fizzbuzz"')]
+    prompt: Text
+    max_new_tokens: Tokens | None = None
+    description: str = ""
+
+
+class SuiteFile(Table, frozen=True):
+    """A suite file as written."""
+
+    suite: SuiteHead = msgspec.field(default_factory=SuiteHead)
+    tasks: tuple[TaskEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,80 +162,37 @@ def _load(p: Path, chain: tuple[Path, ...]) -> Suite:
     resolved = p.resolve()
     if resolved in chain:
         raise ConfigError(shown, "suite.extends", "extends itself (a cycle)", "remove the extends key")
-    data = _read_toml(p)
-    unknown = set(data) - {"suite", "tasks"}
-    if unknown:
-        raise ConfigError(shown, sorted(unknown)[0], "unknown top-level key", "allowed: [suite] and [[tasks]]")
-    head = data.get("suite", {})
-    if not isinstance(head, dict):
-        raise ConfigError(shown, "suite", "must be a table", "write [suite]")
-    bad = set(head) - _SUITE_KEYS
-    if bad:
-        raise ConfigError(shown, f"suite.{sorted(bad)[0]}", "unknown key", f"allowed: {', '.join(sorted(_SUITE_KEYS))}")
-
+    try:
+        file = convert(_read_toml(p), SuiteFile)
+    except Invalid as err:
+        raise ConfigError(shown, err.key, err.problem, err.fix) from None
+    head = file.suite
     base: Suite | None = None
-    if "extends" in head:
-        ext = head["extends"]
-        if not isinstance(ext, str) or not ext:
-            raise ConfigError(shown, "suite.extends", "must be a file path", 'write extends = "eval-coding.toml"')
+    if head.extends is not None:
+        ext = head.extends
         target = p.parent / Path(ext).expanduser()
         if not target.exists() and Path(ext).name == ext and paths.data_path(ext).is_file():
             target = paths.data_path(ext)  # a shipped suite by name, e.g. extends = "eval-coding.toml"
         base = _load(target, (*chain, resolved))
 
-    name = head.get("name", base.name if base else p.stem)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(shown, "suite.name", "must be a non-empty string", 'write name = "coding"')
-    description = head.get("description", base.description if base else "")
-    if not isinstance(description, str):
-        raise ConfigError(shown, "suite.description", "must be a string", 'write description = "..."')
-    temperature = head.get("temperature", base.temperature if base else 0.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature < 0:
-        raise ConfigError(shown, "suite.temperature", f"must be a number >= 0, got {temperature!r}",
-                          "use 0 (greedy) for comparable acceptance lengths")
-    max_new = head.get("max_new_tokens", base.max_new_tokens if base else 512)
-    _check_tokens(shown, "suite.max_new_tokens", max_new)
-    template = head.get("prompt_template", base.prompt_template if base else "{prompt}")
-    if not isinstance(template, str) or "{prompt}" not in template:
-        raise ConfigError(shown, "suite.prompt_template", "must be a string containing {prompt}",
-                          'write prompt_template = "{prompt}"')
-
     tasks: dict[str, Task] = {t.name: t for t in base.tasks} if base else {}
-    raw_tasks = data.get("tasks", [])
-    if not isinstance(raw_tasks, list):
-        raise ConfigError(shown, "tasks", "must be an array of tables", "write each task as [[tasks]]")
     own: set[str] = set()
-    for i, t in enumerate(raw_tasks):
-        key = f"tasks[{i}]"
-        if not isinstance(t, dict):
-            raise ConfigError(shown, key, "must be a table", "write each task as [[tasks]]")
-        bad = set(t) - _TASK_KEYS
-        if bad:
-            raise ConfigError(shown, f"{key}.{sorted(bad)[0]}", "unknown key",
-                              f"allowed: {', '.join(sorted(_TASK_KEYS))}")
-        tname = t.get("name")
-        if not isinstance(tname, str) or not _NAME_RE.match(tname):
-            raise ConfigError(shown, f"{key}.name", f"must be a simple name, got {tname!r}",
-                              'use letters, digits, _ . -, e.g. name = "fizzbuzz"')
-        if tname in own:
-            raise ConfigError(shown, f"{key}.name", f"duplicate task {tname!r}", "give every task a unique name")
-        own.add(tname)
-        prompt = t.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ConfigError(shown, f"{key}.prompt", "must be a non-empty string", 'write prompt = """..."""')
-        tmax = t.get("max_new_tokens")
-        if tmax is not None:
-            _check_tokens(shown, f"{key}.max_new_tokens", tmax)
-        desc = t.get("description", "")
-        if not isinstance(desc, str):
-            raise ConfigError(shown, f"{key}.description", "must be a string", 'write description = "..."')
-        tasks[tname] = Task(tname, prompt, tmax, desc)
+    for i, t in enumerate(file.tasks):
+        if t.name in own:
+            raise ConfigError(shown, f"tasks[{i}].name", f"duplicate task {t.name!r}", "give every task a unique name")
+        own.add(t.name)
+        tasks[t.name] = Task(t.name, t.prompt, t.max_new_tokens, t.description)
     if not tasks:
         raise ConfigError(shown, "tasks", "no tasks defined", 'add [[tasks]] with name and prompt')
-    return Suite(name=name, tasks=tuple(tasks.values()), path=shown, description=description,
-                 temperature=float(temperature), max_new_tokens=max_new, prompt_template=template)
+    inherited = base or Suite(name=p.stem, tasks=())
+    return Suite(
+        name=_given(head.name, inherited.name), tasks=tuple(tasks.values()), path=shown,
+        description=_given(head.description, inherited.description),
+        temperature=float(_given(head.temperature, inherited.temperature)),
+        max_new_tokens=_given(head.max_new_tokens, inherited.max_new_tokens),
+        prompt_template=_given(head.prompt_template, inherited.prompt_template),
+    )
 
 
-def _check_tokens(path: str, key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(path, key, f"must be a positive integer, got {value!r}", "use e.g. 512")
+def _given(value: T | None, inherited: T) -> T:
+    return inherited if value is None else value

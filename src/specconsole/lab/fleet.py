@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specconsole.lab.environment import Lab, console_and_ssh, toml_str
+from specconsole.lab.environment import Lab, LabHost, console_and_ssh, toml_str
 
 
 def write_training_log(path: Path, steps: int = 20) -> Path:
@@ -31,7 +31,7 @@ def write_fleet_config(lab: Lab, path: Path, hosts: int, *, log_path: Path, audi
     key = lab.keys / "client_ed25519"
     lab_hosts = [lab.state.hosts[n] for n in ("train", "serve")]
     parts = [console_and_ssh(lab, audit_log, state_dir, connect_timeout_s=10)]
-    entries = [(f"h{i:03d}", lab_hosts[i % 2]) for i in range(hosts)]
+    entries: list[tuple[str, LabHost | None]] = [(f"h{i:03d}", lab_hosts[i % 2]) for i in range(hosts)]
     if local:
         entries.append(("local", None))
     for i, (name, h) in enumerate(entries):

@@ -302,14 +302,14 @@ def build_state(data: dict[str, Any], tick: int) -> tuple[list[Row], list[Row]]:
     apps: list[dict[str, Any]] = []
     for raw in data.get("processes") or []:
         app = dict(raw)
-        gpu = by_index.get(int(app["gpu_index"])) if "gpu_index" in app else None
-        gpu = gpu or by_uuid.get(str(app.get("gpu_uuid", "")))
-        if gpu is None:
+        owner = by_index.get(int(app["gpu_index"])) if "gpu_index" in app else None
+        owner = owner or by_uuid.get(str(app.get("gpu_uuid", "")))
+        if owner is None:
             continue
-        app["gpu_uuid"] = gpu["uuid"]
+        app["gpu_uuid"] = owner["uuid"]
         app.setdefault("name", "python")
         app.setdefault("used_memory_mib", 0)
-        app["_gpu"] = gpu
+        app["_gpu"] = owner
         apps.append(app)
 
     workload = data.get("workload")

@@ -141,13 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ddp = DistributedDataParallel(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr, weight_decay=0.01)
-    warmup = min(100, args.steps // 10)
+    warmup = min(100, int(args.steps) // 10)
+
+    base_lr, steps = float(args.lr), int(args.steps)
 
     def lr_at(step: int) -> float:  # linear warmup, then cosine decay to 10%
         if step < warmup:
-            return args.lr * (step + 1) / warmup
-        frac = (step - warmup) / max(1, args.steps - warmup)
-        return args.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac))))
+            return base_lr * (step + 1) / warmup
+        frac = (step - warmup) / max(1, steps - warmup)
+        return base_lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac))))
 
     mapping = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(1234))
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)

@@ -8,9 +8,16 @@ and calls ``publish(Sample(value, at, interval))`` with every new observation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from specconsole.samples import Sample
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 Publish = Callable[[Sample[T]], None]
+
+
+class Source(Protocol[T_co]):
+    """What a host monitor runs: ``run`` publishes samples of one value type until cancelled."""
+
+    async def run(self, publish: Publish[T_co]) -> None: ...

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, TypeVar
 
 from rich.console import Console
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
@@ -44,13 +44,14 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from specconsole import paths
-from specconsole.actions.steps import StepEvent
+from specconsole.actions.steps import Emit, StepEvent
 from specconsole.config import Config
+from specconsole.eval.store import EvalRun
 from specconsole.events import Event, EventLog
 from specconsole.monitor import HostStatus
 from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
 from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.eval_pane import EvalPane
+from specconsole.ui.eval_pane import EvalPane, OnResult
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
 from specconsole.ui.palette import ActionsProvider
@@ -88,9 +89,10 @@ class ConsoleApp(App[int]):
     CSS_PATH = "console.tcss"
     TITLE = "specconsole"
     COMMANDS = App.COMMANDS | {ActionsProvider}
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-medium"), (200, "-wide")]
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (40, "-tall")]
-    BINDINGS: ClassVar[list[Binding]] = [
+    # textual types these ``ClassVar[...] | None``, which checkers read as instance attributes
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-medium"), (200, "-wide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close_action_view", "Close action view", show=False),
         *registry_bindings(),  # default keys; [keys] remaps them by id through Textual's keymap
     ]
@@ -461,7 +463,7 @@ class ConsoleApp(App[int]):
         """``e`` (or the palette) in the eval pane: measure the configured serving host."""
         message.pane.start(self._start_eval)
 
-    async def _start_eval(self, emit: Callable[[Any], None], on_result: Callable[[Any], None]) -> Any:
+    async def _start_eval(self, emit: Emit, on_result: OnResult) -> EvalRun:
         """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
         from specconsole.actions.steps import audit
         from specconsole.eval.start import start_eval
@@ -574,7 +576,8 @@ class ConsoleApp(App[int]):
 
     async def confirm(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> bool:
         """Ask in a modal dialog whose default button is Cancel (call from a worker, e.g. a flow)."""
-        return bool(await self.push_screen_wait(ConfirmScreen(title, body, confirm_label, destructive=destructive)))
+        answer: bool = await self.push_screen_wait(ConfirmScreen(title, body, confirm_label, destructive=destructive))
+        return answer
 
     async def run_action_flow(self, action_id: str) -> None:
         """THE hook for destructive actions (``kill_training``, ``deploy``); runs in a worker.

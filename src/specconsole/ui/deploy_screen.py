@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -24,10 +24,12 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
 from specconsole.actions.deploy import DeployPlan, DeployRequest
+from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.samples import Sample
+from specconsole.sources.sglang import SglangSnapshot
 
 #: The window the wizard proposes when the deployment has none: the usual DFlash block size.
 DEFAULT_WINDOW = "16"
@@ -44,13 +46,13 @@ Discover = Callable[[], Awaitable[list[str]]]
 Check = Callable[[DeployRequest], Awaitable[DeployPlan]]
 
 
-def prefill(cfg: HostConfig, sglang: Sample[Any] | None) -> dict[str, str]:
+def prefill(cfg: HostConfig, sglang: Sample[SglangSnapshot] | None) -> dict[str, str]:
     """Form values from the config and what the server reports now."""
-    info = getattr(sglang.value, "info", None) if sglang is not None else None
-    window = getattr(info, "draft_window", None)
-    budget = getattr(info, "tree_budget", None)
-    draft = (cfg.sglang.draft_model_path if cfg.sglang else None) or getattr(info, "draft_model_path", None)
-    running = getattr(info, "algorithm", None)
+    info = sglang.value.info if sglang is not None else None
+    window = info.draft_window if info is not None else None
+    budget = info.tree_budget if info is not None else None
+    draft = (cfg.sglang.draft_model_path if cfg.sglang else None) or (info.draft_model_path if info else None)
+    running = info.algorithm if info is not None else None
     return {"algorithm": running if running in FIELDS_FOR else "DFLASH",
             "draft_window": str(window) if window else DEFAULT_WINDOW,
             "block_size": "", "tree_budget": str(budget) if budget else "", "draft_model": draft or ""}
@@ -63,7 +65,7 @@ def algorithm_choices(help_text: str) -> list[str]:
     return SglangCli.from_help(help_text).algorithms()
 
 
-async def discover_algorithms(host: Host, cfg: HostConfig, steps: Any) -> list[str]:
+async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list[str]:
     """Ask the installed SGLang (the unit's own program) which speculative algorithms it has."""
     from specconsole.sglang.flags import Argv, SglangCli, help_command
     from specconsole.sglang.unit import parse_unit

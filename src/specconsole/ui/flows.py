@@ -29,7 +29,12 @@ def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | No
         app.notify(message, title=what, severity="warning", timeout=8)
         return None
     cfg = hosts[0]
-    host = app.fleet.monitors[cfg.name].host
+    host = app.fleet.host(cfg.name)
+    if host is None:
+        message = f"{cfg.name}: this console shows fixed statuses and has no connection to act through"
+        app.events.emit(f"{what}: {message}", cfg.name, "error")
+        app.notify(message, title=f"{what}: cannot start", severity="error", timeout=10)
+        return None
     if not host.status.up:
         message = (f"{cfg.name} is not connected ({host.status.last_error or host.status.state}); "
                    f"try again when its badge says connected")
@@ -40,8 +45,9 @@ def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | No
 
 
 def _current_step(app: ConsoleApp, name: str) -> int | None:
-    sample = app.fleet.monitors[name].samples.get("training")
-    return getattr(sample.value, "step", None) if sample is not None else None
+    status = app.statuses().get(name)
+    sample = status.training if status is not None else None
+    return sample.value.step if sample is not None else None
 
 
 def serving_state(app: ConsoleApp, name: str) -> str:
@@ -53,10 +59,10 @@ def serving_state(app: ConsoleApp, name: str) -> str:
     if sample is None:
         return f"{name}: SGLang has not answered yet"
     v = sample.value
-    state = str(getattr(v.state, "value", v.state))
+    state = v.state.value
     info = v.info
     if state != "healthy":
-        note = getattr(v, "message", None) or v.error
+        note = v.error
         return f"{name}: SGLang {state}" + (f" ({note})" if note else "")
     if info is None:
         return f"{name}: SGLang healthy (deployment not read yet)"
@@ -73,16 +79,14 @@ def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None)
         # the kill names the step it saw; the log, read after the processes ended, may be further on
         m = re.search(r"at step (\d+)", track.final.message)
         steps = [int(m.group(1))] if m else []
-        if sample is not None and getattr(sample.value, "step", None) is not None:
-            steps.append(int(sample.value.step))
+        if sample is not None and sample.value.step is not None:
+            steps.append(sample.value.step)
         return f"{name}: training stopped" + (f" at step {max(steps)}" if steps else "")
     if status is not None and not status.reachable:
         return f"{name}: host not reachable"
     if sample is None:
         return f"{name}: no training log read yet"
     p = sample.value
-    if getattr(p, "stopped", False):
-        return f"{name}: training stopped" + (f" at step {p.step}" if p.step is not None else "")
     step = f"step {p.step}" if p.step is not None else "no step yet"
     return f"{name}: training {'stalled' if p.stalled else 'running'}, {step}"
 
@@ -143,7 +147,8 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
             steps.warn(f"refused: {err}; nothing was changed (the form stays open)")
             raise
 
-    values = prefill(cfg, app.fleet.monitors[cfg.name].samples.get("sglang"))
+    status = app.statuses().get(cfg.name)
+    values = prefill(cfg, status.sglang if status is not None else None)
     if draft_model:
         values["draft_model"] = draft_model
     if about:

@@ -17,6 +17,7 @@ from typing import Any
 from rich.text import Text
 
 from specconsole.hosts import Connection, ConnState
+from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
 
 NA = "n/a"
@@ -106,7 +107,7 @@ def badge(conn: Connection, now: float) -> tuple[str, str]:
     return "■ closed", "idle"
 
 
-def newest(status: Any) -> Sample[Any] | None:
+def newest(status: HostStatus) -> Sample[object] | None:
     """The sample a host pane dates itself by: its GPUs' (a stream that only publishes what it
     read), else the newest of its other sources."""
     if status.gpu is not None:

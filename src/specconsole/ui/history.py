@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
 
 from specconsole.monitor import HostStatus
+from specconsole.sources.gpu import GpuSnapshot
 
 KEEP = 600  # points; 10 min at 1 s samples, more than the widest plot shows
 
@@ -45,8 +45,8 @@ class Series:
         return self.points[-1] if self.points else None
 
 
-def mean_utilization(gpu_snapshot: Any) -> float | None:
-    values = [g.utilization_pct for g in getattr(gpu_snapshot, "gpus", ()) if g.utilization_pct is not None]
+def mean_utilization(gpu_snapshot: GpuSnapshot) -> float | None:
+    values = [g.utilization_pct for g in gpu_snapshot.gpus if g.utilization_pct is not None]
     return sum(values) / len(values) if values else None
 
 
@@ -56,10 +56,10 @@ def tokens_per_s(status: HostStatus) -> tuple[str, float | None, float | None]:
     Returns ``(label, at, value)``; ``at`` is None when there is no sample yet.
     """
     if status.sglang is not None:
-        metrics = getattr(status.sglang.value, "metrics", None)
-        return "gen tok/s", status.sglang.at, getattr(metrics, "tokens_per_s", None)
+        metrics = status.sglang.value.metrics
+        return "gen tok/s", status.sglang.at, metrics.tokens_per_s if metrics is not None else None
     if status.training is not None:
-        return "train tok/s", status.training.at, getattr(status.training.value, "tokens_per_s", None)
+        return "train tok/s", status.training.at, status.training.value.tokens_per_s
     if "sglang" in status.expected:
         return "gen tok/s", None, None
     return "train tok/s", None, None
@@ -84,11 +84,12 @@ class History:
             self.series(host, kind).prepend(pts)
 
     def record(self, status: HostStatus) -> None:
-        if status.gpu is not None and getattr(status.gpu.value, "gpus", ()):
+        if status.gpu is not None and status.gpu.value.gpus:
             self.series(status.name, "util").add(status.gpu.at, mean_utilization(status.gpu.value))
         _label, at, value = tokens_per_s(status)
         if at is not None:
             self.series(status.name, "tokens").add(at, value)
         if status.sglang is not None:
-            metrics = getattr(status.sglang.value, "metrics", None)
-            self.series(status.name, "accept").add(status.sglang.at, getattr(metrics, "spec_accept_length", None))
+            metrics = status.sglang.value.metrics
+            self.series(status.name, "accept").add(
+                status.sglang.at, metrics.spec_accept_length if metrics is not None else None)

@@ -143,7 +143,7 @@ class HostPane(Vertical):
         text, state = fmt.badge(conn, now)
         gpu = status.gpu
         snapshot = gpu.value if gpu is not None else None
-        if gpu is not None and snapshot.gpus:
+        if gpu is not None and gpu.value.gpus:
             self._good = gpu
         # The pane dates itself by its last real GPU reading (error samples keep coming while a
         # host is down; they say why, not what the GPUs do).
@@ -249,22 +249,22 @@ class ServingPane(Vertical):
         v = sample.value
         age, stale = fmt.sample_age_text(sample, view.now)
         stale = stale or not status.reachable
-        state = str(getattr(v.state, "value", v.state))
+        state = v.state.value
         var = _SGLANG_STATE_VAR.get(state, "$text-muted")
-        message = getattr(v, "message", None) or v.error
+        message = v.error
         info, m = v.info, v.metrics
-        version = getattr(info, "version", None) if info else None
+        version = info.version if info else None
         head = f"[b {var}]{escape(state)}[/]"
         if message:
             head += f" [{var}]{escape(str(message))}[/]"
         lines = [f"{head}  ·  SGLang {escape(version or 'n/a')}  ·  [{'$warning' if stale else '$text-muted'}]"
                  f"{escape(age)}[/]"]
         if info is not None:
-            draft = getattr(info, "draft_model_path", None)
+            draft = info.draft_model_path
             draft_name = draft.rstrip("/").rsplit("/", 1)[-1] if draft else "n/a"
-            algo = getattr(info, "algorithm", None) or "no speculation"
+            algo = info.algorithm or "no speculation"
             lines.append(f"algorithm [b]{escape(algo)}[/]  ·  draft [b]{escape(draft_name)}[/]")
-            lines += deployment_lines(info, getattr(v, "worker", ()))
+            lines += deployment_lines(info, v.worker)
         else:
             lines.append("[$text-muted]deployment: /server_info not read yet[/]")
         if m is not None:
@@ -275,9 +275,9 @@ class ServingPane(Vertical):
         body.set("\n".join(lines))
         _set_classes(self, stale=stale)
         accept = view.history.series(status.name, "accept")
-        latest = getattr(m, "spec_accept_length", None) if m is not None else None
+        latest = m.spec_accept_length if m is not None else None
         if latest is None and info is not None:
-            latest = getattr(info, "avg_accept_length", None)
+            latest = info.avg_accept_length
         _part(self, ".accept", PlotRow).show(accept.values(), fmt.num(latest, "{:.2f}"))
 
 
@@ -493,7 +493,7 @@ class SummaryBar(Static):
         for s in statuses:
             if s.sglang is not None:
                 v = s.sglang.value
-                state = str(getattr(v.state, "value", v.state))
+                state = v.state.value
                 m = v.metrics
                 tok = f" {fmt.si(m.tokens_per_s)} tok/s" if m is not None else ""
                 acc = f" acc {fmt.num(m.spec_accept_length, '{:.2f}')}" if m is not None else ""

@@ -1,6 +1,8 @@
 """Where the console's statuses come from: a :class:`~specconsole.monitor.Fleet`, or anything shaped like one.
 
-The app only calls ``statuses()``, ``subscribe(listener)``, ``start()`` and ``stop()``.
+The app calls ``statuses()``, ``subscribe(listener)``, ``start()`` and ``stop()``; the
+destructive flows act through ``host(name)``, the monitor's own connection (None: nothing to act
+through, e.g. fixed statuses).
 :class:`FixedStatuses` serves a fixed set of :class:`HostStatus` objects (built from the real
 dataclasses) with no hosts behind them: the layout snapshots use it, and so can a replay.
 """
@@ -11,6 +13,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from specconsole.events import EventLog
+from specconsole.hosts import Host
 from specconsole.monitor import ChangeListener, HostStatus
 
 
@@ -20,6 +23,8 @@ class StatusProvider(Protocol):
     def statuses(self) -> list[HostStatus]: ...
 
     def subscribe(self, listener: ChangeListener) -> None: ...
+
+    def host(self, name: str) -> Host | None: ...
 
     async def start(self) -> None: ...
 
@@ -47,6 +52,9 @@ class FixedStatuses:
 
     def subscribe(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
+
+    def host(self, name: str) -> Host | None:
+        return None
 
     async def start(self) -> None:
         self.started = True

@@ -19,12 +19,14 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 from specconsole import paths
+from specconsole.validation import Invalid, Table, Text, convert, num, text
 
 THEMES_ENV = "SPECCONSOLE_THEMES"
 #: The themes shipped in the package.
@@ -32,9 +34,34 @@ BUNDLED_DIR = paths.data_path("themes")
 STATE_FILE = "console.json"
 DEFAULT_THEME = "dark"
 
+
+Colour = Annotated[str, text(r"\S", "must be a colour", 'write e.g. "#4FA3E0"')]
+Fraction = Annotated[float, num(ge=0, le=1, example=0.5)]
+
+
+class ThemeFile(Table, frozen=True):
+    """One theme file as written; a colour left out is derived by Textual."""
+
+    name: Text
+    primary: Colour
+    secondary: Colour | None = None
+    accent: Colour | None = None
+    foreground: Colour | None = None
+    background: Colour | None = None
+    surface: Colour | None = None
+    panel: Colour | None = None
+    boost: Colour | None = None
+    success: Colour | None = None
+    warning: Colour | None = None
+    error: Colour | None = None
+    dark: bool | None = None
+    luminosity_spread: Fraction | None = None
+    text_alpha: Fraction | None = None
+    variables: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 _COLOR_KEYS = ("primary", "secondary", "accent", "foreground", "background", "surface", "panel",
                "boost", "success", "warning", "error")
-_ALLOWED = {"name", "dark", "luminosity_spread", "text_alpha", "variables", *_COLOR_KEYS}
 
 
 class ThemeFileError(ValueError):
@@ -62,38 +89,21 @@ def theme_dirs() -> list[Path]:
 def parse_theme(data: dict[str, Any], path: Path) -> Theme:
     """A Textual :class:`Theme` from one file's TOML table; raises :class:`ThemeFileError`."""
     where = str(path)
-    unknown = sorted(set(data) - _ALLOWED)
-    if unknown:
-        raise ThemeFileError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_ALLOWED))})")
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise ThemeFileError(f'{where}: name: required, e.g. name = "{path.stem}"')
-    if "primary" not in data:
-        raise ThemeFileError(f'{where}: primary: required, e.g. primary = "#4FA3E0"')
-    kwargs: dict[str, Any] = {"name": name.strip()}
+    try:
+        file = convert(data, ThemeFile, top="key")
+    except Invalid as err:
+        raise ThemeFileError(f"{where}: {err}") from None
     for key in _COLOR_KEYS:
-        if key in data:
-            value = data[key]
+        value = getattr(file, key)
+        if value is not None:
             try:
                 Color.parse(value)
-            except (ColorParseError, TypeError, ValueError):
-                raise ThemeFileError(f'{where}: {key} = {value!r} is not a colour; write e.g. "#4FA3E0"') from None
-            kwargs[key] = value
-    if "dark" in data:
-        if not isinstance(data["dark"], bool):
-            raise ThemeFileError(f"{where}: dark must be true or false")
-        kwargs["dark"] = data["dark"]
-    for key in ("luminosity_spread", "text_alpha"):
-        if key in data:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise ThemeFileError(f"{where}: {key} must be a number from 0 to 1, got {value!r}")
-            kwargs[key] = float(value)
-    variables = data.get("variables", {})
-    if not isinstance(variables, dict) or not all(isinstance(v, str) for v in variables.values()):
-        raise ThemeFileError(f'{where}: [variables] must map names to strings, e.g. "text-muted" = "#888888"')
-    kwargs["variables"] = dict(variables)
-    return Theme(**kwargs)
+            except (ColorParseError, ValueError):
+                raise ThemeFileError(f'{where}: {key}: {value!r} is not a colour (fix: write e.g. "#4FA3E0")') from None
+    given = {f: getattr(file, f) for f in file.__struct_fields__ if getattr(file, f) is not None}
+    given["name"] = file.name.strip()
+    given["variables"] = dict(file.variables)
+    return Theme(**given)
 
 
 def load_themes(dirs: Iterable[Path] | None = None) -> LoadedThemes:
