@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sample_data import FROZEN_NOW, sample_statuses
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
@@ -22,7 +23,6 @@ from specconsole.report import status_json
 from specconsole.samples import Sample
 from specconsole.sources.nvidia_smi import NvidiaSmiSource
 from specconsole.status_watch import FixedTicks, StatusJsonLines, print_status
-from specconsole.ui.sample_data import FROZEN_NOW, sample_statuses
 
 # ----------------------------------------------------------------------------------- JSON
 
