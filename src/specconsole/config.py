@@ -122,6 +122,8 @@ class ConsoleSettings:
     theme: str | None = None
     audit_log: str = field(default_factory=lambda: str(paths.state_dir() / "audit.log"))
     state_dir: str = field(default_factory=lambda: str(paths.state_dir()))
+    # -- fleet view (issue 13): more hosts than this open on the fleet table, one line per host
+    fleet_threshold: int = _num(8, ge=0, why="it is a host count (0: always the fleet view)")
 
 
 @dataclass(frozen=True)

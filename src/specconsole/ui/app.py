@@ -29,7 +29,7 @@ import termios
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from rich.console import Console
@@ -45,12 +45,14 @@ from textual.widgets import Footer
 
 from specconsole import paths
 from specconsole.actions.steps import StepEvent
-from specconsole.config import Config
+from specconsole.config import Config, HostConfig
 from specconsole.events import Event, EventLog
+from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
 from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.eval_pane import EvalPane
+from specconsole.ui.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
 from specconsole.ui.palette import ActionsProvider
@@ -128,6 +130,9 @@ class ConsoleApp(App[int]):
         self._pending: Timer | None = None
         self._refreshes = 0
         self._panes: list[HostPane | ServingPane | TrainingPane] | None = None
+        self._seen: set[str] = set()  # hosts that had complete data at a redraw
+        self.freshness = Staleness()  # each value's stale state, with hysteresis
+        self.fleet_nav = FleetNavigator(self)  # fleet view or host panes (issue 13)
         self._thread_id = threading.get_ident()
         self._action_running: str | None = None
         self._cli_theme = theme
@@ -189,17 +194,28 @@ class ConsoleApp(App[int]):
         for theme in self.loaded_themes.themes.values():
             self.register_theme(theme)
 
+    def detail_panes(self, hosts: Sequence[HostConfig]) -> tuple[list[Widget], list[Widget]]:
+        """The host panes and the serving/training panes of ``hosts``."""
+        names = {h.name for h in hosts}
+        return ([HostPane(h, id=f"host-{_dom_id(h.name)}") for h in hosts],
+                [*(ServingPane(h, id=f"serving-{_dom_id(h.name)}") for h in self.config.serve_hosts
+                   if h.name in names),
+                 *(TrainingPane(h, id=f"training-{_dom_id(h.name)}") for h in self.config.train_hosts
+                   if h.name in names)])
+
+    def panes_changed(self) -> None:
+        self._panes = None
+
     def compose(self) -> ComposeResult:
+        # past console.fleet_threshold hosts: the fleet view, and panes only for a host drilled into
+        top, middle = self.detail_panes(() if self.fleet_nav.fleet_mode else self.config.hosts)
         yield SummaryBar(id="summary")
+        yield FleetView(self.config, id="fleet")
         with VerticalScroll(id="body"):
-            with Container(id="hosts", classes=f"-n{min(len(self.config.hosts), 3)}"):
-                for h in self.config.hosts:
-                    yield HostPane(h, id=f"host-{_dom_id(h.name)}")
+            with Container(id="hosts", classes=f"-n{min(len(top), 3)}"):
+                yield from top
             with Container(id="middle"):
-                for h in self.config.serve_hosts:
-                    yield ServingPane(h, id=f"serving-{_dom_id(h.name)}")
-                for h in self.config.train_hosts:
-                    yield TrainingPane(h, id=f"training-{_dom_id(h.name)}")
+                yield from middle
                 yield EvalPane(id="eval", start_run=self._start_eval)
             yield EventsPane(self.events, id="events")
         yield ActionPanel(id="action")
@@ -217,6 +233,7 @@ class ConsoleApp(App[int]):
         if self.start_fleet:
             self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
         self.query_one(ActionPanel).display = False
+        self.fleet_nav.apply()
         self.refresh_panes()
 
     async def _start_fleet(self) -> None:
@@ -316,8 +333,7 @@ class ConsoleApp(App[int]):
             self._pending = self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
 
     def _has_data(self, host: str) -> bool:
-        pane = self._host_pane(host)
-        return pane is not None and bool(pane.row_keys)
+        return host in self._seen  # a set, not a DOM query: this runs for every sample of every host
 
     def _coalesced_refresh(self) -> None:
         self._pending = None
@@ -355,6 +371,8 @@ class ConsoleApp(App[int]):
     def _host_pane(self, name: str) -> HostPane | None:
         return self._one(HostPane, f"#host-{_dom_id(name)}")
 
+    host_pane = _host_pane
+
     def statuses(self) -> dict[str, HostStatus]:
         return {s.name: s for s in self.fleet.statuses()}
 
@@ -368,12 +386,16 @@ class ConsoleApp(App[int]):
         statuses = self.statuses()
         for s in statuses.values():
             self.history.record(s)
-        view = View(now=now, palette=self.palette, history=self.history)
-        if self._panes is None:  # the panes never change after mount; walking the DOM does cost
+        view = View(now=now, palette=self.palette, history=self.history, freshness=self.freshness)
+        if self._panes is None:  # the panes change only on a drill-down; walking the DOM does cost
             self._panes = [*screen.query(HostPane), *screen.query(ServingPane), *screen.query(TrainingPane)]
-        for pane in self._panes:
-            pane.show(statuses.get(pane.host.name), view)
-        summary.show(list(statuses.values()), view)
+        if self.fleet_nav.body_shown:  # hidden panes do no work
+            for pane in self._panes:
+                pane.show(statuses.get(pane.host.name), view)
+        rows = self.fleet_nav.rows(list(statuses.values()), view)
+        self.fleet_nav.show(view)
+        summary.show(list(statuses.values()), view, rows if self.fleet_nav.fleet_mode else None)
+        self._seen.update(name for name, s in statuses.items() if s.complete)
         action = self._one(ActionPanel)
         if action is not None and action.display:
             action.redraw(now)
@@ -460,6 +482,19 @@ class ConsoleApp(App[int]):
     def action_refresh(self) -> None:
         self.refresh_panes()
 
+    def action_fleet_view(self) -> None:
+        self.fleet_nav.toggle()
+
+    def action_fleet_sort(self) -> None:
+        view = self.fleet_nav.view
+        if view is not None:
+            self.notify(f"sorted by {view.cycle_sort()}", timeout=2)
+
+    def action_fleet_filter(self) -> None:
+        view = self.fleet_nav.view
+        if view is not None:
+            view.open_filter()
+
     def action_eval_run(self) -> None:
         self.query_one(EvalPane).action_start_run()
 
@@ -530,6 +565,7 @@ class ConsoleApp(App[int]):
     def action_close_action_view(self) -> None:
         panel = self._one(ActionPanel)
         if panel is None or not panel.display:
+            self.fleet_nav.back()  # from a host's panes back to the fleet view
             return
         if not panel.close():
             self.notify("the action is still running; its view closes when it ends", severity="warning",

@@ -8,7 +8,8 @@ a 1 Hz refresh redraws a handful of cells, never the whole screen.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from rich.segment import Segment
@@ -26,9 +27,11 @@ from textual.widgets import DataTable, Static
 
 from specconsole.config import HostConfig
 from specconsole.events import Event, EventLog
+from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
 from specconsole.ui import format as fmt
+from specconsole.ui.fleet_rows import FleetRow, summary_text
 from specconsole.ui.history import History, tokens_per_s
 from specconsole.ui.widgets import PlotRow
 
@@ -43,6 +46,8 @@ class View:
     palette: fmt.Palette
     history: History
     compact: bool = False
+    #: each value's stale state between redraws (hysteresis: :mod:`specconsole.freshness`)
+    freshness: Staleness = field(default_factory=Staleness)
 
 
 class TextBlock(Static):
@@ -149,7 +154,7 @@ class HostPane(Vertical):
         # The pane dates itself by its last real GPU reading (error samples keep coming while a
         # host is down; they say why, not what the GPUs do).
         dated = self._good or fmt.newest(status)
-        stale = dated is None or dated.is_stale(now) or not status.reachable
+        stale = view.freshness.check((status.name, "host"), dated, now) or not status.reachable
         if dated is None:
             age_part = "[$text-muted]no samples yet[/]"
         elif stale:
@@ -248,7 +253,8 @@ class ServingPane(Vertical):
             _set_classes(self, stale=True)
             return
         v = sample.value
-        age, stale = fmt.sample_age_text(sample, view.now)
+        age, stale = fmt.sample_age_text(sample, view.now, view.freshness.check((status.name, "sglang"), sample,
+                                                                                 view.now))
         stale = stale or not status.reachable
         state = str(getattr(v.state, "value", v.state))
         var = _SGLANG_STATE_VAR.get(state, "$text-muted")
@@ -316,7 +322,8 @@ class TrainingPane(Vertical):
             _set_classes(self, stale=True)
             return
         p = sample.value
-        age, stale = fmt.sample_age_text(sample, view.now)
+        age, stale = fmt.sample_age_text(sample, view.now, view.freshness.check((status.name, "training"), sample,
+                                                                                 view.now))
         stale = stale or not status.reachable
         pct = ""
         target = p.target_steps or p.total_steps
@@ -484,13 +491,16 @@ class SummaryBar(Static):
         super().__init__("specconsole", **kwargs)
         self._text = ""
 
-    def show(self, statuses: list[HostStatus], view: View) -> None:
+    def show(self, statuses: list[HostStatus], view: View, fleet: Sequence[FleetRow] | None = None) -> None:
         parts = ["[b]specconsole[/]"] if self.size.width >= 120 else []
+        if fleet is not None:  # the fleet view: counts per state (a badge per host would not fit)
+            self._set(" │ ".join([*parts, summary_text(fleet)]))
+            return
         for s in statuses:
             text, state = fmt.badge(s.connection, view.now)
             dated = fmt.newest(s)
             age = format_age(dated.age(view.now)) if dated is not None else "-"
-            if dated is not None and dated.is_stale(view.now):
+            if dated is not None and view.freshness.check((s.name, "host"), dated, view.now):
                 age = f"[$warning]{age}[/]"
             parts.append(f"{escape(s.name)} [{_BADGE_VAR[state]}]{text.split(' ')[0]}[/] {age}")
         for s in statuses:
@@ -506,7 +516,9 @@ class SummaryBar(Static):
                 tok = f" {fmt.si(m.tokens_per_s)} tok/s" if m is not None else ""
                 acc = f" acc {fmt.num(m.spec_accept_length, '{:.2f}')}" if m is not None else ""
                 parts.append(f"[{_SGLANG_STATE_VAR.get(state, '$text-muted')}]{escape(state)}[/]{tok}{acc}")
-        text = " │ ".join(parts)
+        self._set(" │ ".join(parts))
+
+    def _set(self, text: str) -> None:
         if text != self._text:
             self._text = text
             self.update(text, layout=False)  # one line, fixed size
