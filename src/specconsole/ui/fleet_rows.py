@@ -80,32 +80,42 @@ def fit_columns(width: int, name_width: int) -> list[Column]:
     return cols
 
 
-@dataclass(frozen=True, slots=True)
 class FleetRow:
-    """One host's line. ``cells`` by column key; everything a redraw compares is in ``cells``."""
+    """One host's line. What sorting and counting need (state, util, power, tokens, progress) is
+    worked out for every host on each redraw; the cells' text only when asked for (the lines on
+    screen, or every line while a filter is typed), since most hosts are off screen."""
 
-    name: str
-    role: str
-    state: str
-    cells: tuple[tuple[str, Cell], ...]
-    util: float | None = None
-    power: float | None = None
-    tokens: float | None = None
-    step_fraction: float | None = None
+    __slots__ = ("_cells", "fraction", "name", "power", "role", "state", "state_text", "status", "tokens",
+                 "util")
+
+    def __init__(self, status: HostStatus, state: str, state_text: str, util: float | None,
+                 power: float | None, tokens: float | None, fraction: float | None) -> None:
+        self.name, self.role, self.status = status.name, status.role, status
+        self.state, self.state_text = state, state_text
+        self.util, self.power, self.tokens, self.fraction = util, power, tokens, fraction
+        self._cells: dict[str, Cell] | None = None
 
     @property
     def severity(self) -> int:
         return STATES[self.state][0]
 
+    @property
+    def cells(self) -> dict[str, Cell]:
+        """Each column's (text, colour role), by column key."""
+        if self._cells is None:
+            self._cells = _cells(self)
+        return self._cells
+
     def cell(self, key: str) -> Cell:
-        for k, c in self.cells:
-            if k == key:
-                return c
-        return ("", "")
+        return self.cells.get(key, ("", ""))
+
+    def same_line(self, other: FleetRow) -> bool:
+        """Whether ``other`` draws the same line (same host, same cells)."""
+        return self.name == other.name and self.cells == other.cells
 
     def text(self) -> str:
         """Everything the filter matches against (name, role, state and every cell's text)."""
-        return " ".join([self.name, self.role, self.state, *(c[0] for _k, c in self.cells)]).lower()
+        return " ".join([self.name, self.role, self.state, *(c[0] for c in self.cells.values())]).lower()
 
 
 def util_bar(gpus: Sequence[Any]) -> str:
@@ -141,15 +151,12 @@ def _compact(n: int | None) -> str:
 def fleet_row(status: HostStatus, config: HostConfig | None, now: float, staleness: Staleness) -> FleetRow:
     """``status`` as a row; ``staleness`` remembers each host's stale state (hysteresis)."""
     conn = status.connection
-    gpu = status.gpu
-    snap = gpu.value if gpu is not None else None
-    gpus = tuple(getattr(snap, "gpus", ()) or ())
+    snap = status.gpu.value if status.gpu is not None else None
+    gpus = getattr(snap, "gpus", None) or ()
     dated = fmt.newest(status)
     stale = staleness.check((status.name, "host"), dated, now)
     train = status.training.value if status.training is not None else None
-    sglang = status.sglang.value if status.sglang is not None else None
-    sglang_state = str(getattr(getattr(sglang, "state", None), "value", getattr(sglang, "state", ""))) \
-        if sglang is not None else ""
+    sglang = _sglang_state(status)
     util = mean_utilization(snap) if gpus else None
 
     age = format_age(dated.age(now)) if dated is not None else ""
@@ -161,7 +168,7 @@ def fleet_row(status: HostStatus, config: HostConfig | None, now: float, stalene
         state, text = "wait", "… connecting" if conn.state is ConnState.CONNECTING else "… no data"
     elif stale:
         state, text = "stale", f"STALE {age}"
-    elif sglang is not None and sglang_state not in ("healthy", "starting"):
+    elif sglang and sglang not in ("healthy", "starting"):
         state, text = "sglang", f"● {age} sglang"
     elif train is not None and _stalled(train, config, now):
         state, text = "stalled", f"● {age} stalled"
@@ -170,46 +177,58 @@ def fleet_row(status: HostStatus, config: HostConfig | None, now: float, stalene
         state, text = "idle", f"● {age} idle"
     else:
         state, text = "ok", f"● {age}"
-
-    dim = "muted" if stale or state in ("down", "retry") else ""
-    mem_used = _sum([g.memory_used_mib for g in gpus])
-    mem_total = _sum([g.memory_total_mib for g in gpus])
-    power = _sum([g.power_draw_w for g in gpus])
+    power = _sum([g.power_draw_w for g in gpus]) if gpus else None
     _label, _at, tokens = tokens_per_s(status)
-    step_text, eta_text, fraction = fmt.NA, "", None
+    return FleetRow(status, state, text, util, power, tokens, train.fraction if train is not None else None)
+
+
+def _sglang_state(status: HostStatus) -> str:
+    if status.sglang is None:
+        return ""
+    state = getattr(status.sglang.value, "state", "")
+    return str(getattr(state, "value", state))
+
+
+def _cells(row: FleetRow) -> dict[str, Cell]:
+    status = row.status
+    snap = status.gpu.value if status.gpu is not None else None
+    gpus = getattr(snap, "gpus", None) or ()
+    train = status.training.value if status.training is not None else None
+    sglang = _sglang_state(status)
+    dim = "muted" if row.state in ("down", "retry", "stale") else ""
+    step_text, eta_text = fmt.NA, ""
     if train is not None:
         target = train.target_steps or train.total_steps
         step_text = _compact(train.step) + (f"/{_compact(target)}" if target else "")
         eta_text = (train.eta_text or "").split(" to ")[0]  # "7d 2h to 6 epochs": the target is the same
-        fraction = train.fraction
     elif "training" not in status.expected:
         step_text = "-"
     if gpus:
+        mem_used = _sum([g.memory_used_mib for g in gpus])
+        mem_total = _sum([g.memory_total_mib for g in gpus])
         mem = f"{_gib0(mem_used)}/{_gib0(mem_total)}" if mem_total else _gib0(mem_used)
-        gpu_cell: Cell = (f"{util_bar(gpus)} {fmt.num(util, unit='%')}", dim or "success")
+        gpu_cell: Cell = (f"{util_bar(gpus)} {fmt.num(row.util, unit='%')}", dim or "success")
     else:
         mem = fmt.NA if "gpu" in status.expected else "-"
         gpu_cell = ((getattr(snap, "error", None) or fmt.NA) if "gpu" in status.expected else "-", "muted")
     sglang_cell: Cell = ("-", "muted")
-    if sglang is not None:
-        sglang_cell = (sglang_state, dim or ("success" if sglang_state == "healthy" else
-                                             "warning" if sglang_state == "starting" else "error"))
+    if sglang:
+        sglang_cell = (sglang, dim or ("success" if sglang == "healthy" else
+                                       "warning" if sglang == "starting" else "error"))
     elif "sglang" in status.expected:
         sglang_cell = (fmt.NA, "muted")
-    cells: tuple[tuple[str, Cell], ...] = (
-        ("name", (status.name, "bold")),
-        ("role", (status.role, "muted")),
-        ("state", (text, STATES[state][1])),
-        ("gpus", gpu_cell),
-        ("mem", (mem, dim)),
-        ("power", (fmt.si(power) if power is not None else (fmt.NA if gpus else "-"), dim)),
-        ("tokens", (fmt.si(tokens) if tokens is not None else "-", dim)),
-        ("step", (step_text, dim)),
-        ("eta", (eta_text, dim)),
-        ("sglang", sglang_cell),
-    )
-    return FleetRow(status.name, status.role, state, cells, util=util, power=power, tokens=tokens,
-                    step_fraction=fraction)
+    return {
+        "name": (status.name, "bold"),
+        "role": (status.role, "muted"),
+        "state": (row.state_text, STATES[row.state][1]),
+        "gpus": gpu_cell,
+        "mem": (mem, dim),
+        "power": (fmt.si(row.power) if row.power is not None else (fmt.NA if gpus else "-"), dim),
+        "tokens": (fmt.si(row.tokens) if row.tokens is not None else "-", dim),
+        "step": (step_text, dim),
+        "eta": (eta_text, dim),
+        "sglang": sglang_cell,
+    }
 
 
 def _stalled(train: Any, config: HostConfig | None, now: float) -> bool:
@@ -233,7 +252,7 @@ SORTS: tuple[tuple[str, Callable[[FleetRow], Any]], ...] = (
     ("GPU util", lambda r: (_num_key(r.util), r.name)),
     ("power", lambda r: (_num_key(r.power), r.name)),
     ("tok/s", lambda r: (_num_key(r.tokens), r.name)),
-    ("training progress", lambda r: (_num_key(r.step_fraction), r.name)),
+    ("training progress", lambda r: (_num_key(r.fraction), r.name)),
 )
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -83,6 +83,7 @@ class FleetTable(ScrollView, can_focus=True):
         self._columns: list[Column] = []
         self._width = 0
         self._lines: dict[str, tuple[object, Strip]] = {}  # host -> (what it was drawn from, line)
+        self._styles: dict[tuple[str, bool], Style] = {}
         self.lines_rendered = 0  # how many row lines were built (a measure of the work done)
 
     # -- data ---------------------------------------------------------------------------
@@ -97,6 +98,7 @@ class FleetTable(ScrollView, can_focus=True):
         """Show ``rows`` (already ordered); only lines whose host or cells changed are repainted."""
         if palette != self.palette:
             self.palette = palette
+            self._styles.clear()
             self._lines.clear()
             self.refresh()
         old, self.rows = self.rows, rows
@@ -109,7 +111,7 @@ class FleetTable(ScrollView, can_focus=True):
             return
         top = int(self.scroll_y)  # only the lines on screen: the others are drawn when scrolled to
         for i in range(top, min(len(rows), top + self.size.height)):
-            if old[i].name != rows[i].name or old[i].cells != rows[i].cells:
+            if not old[i].same_line(rows[i]):
                 self.refresh_lines(i + 1)
         names = {r.name for r in rows}
         for gone in [n for n in self._lines if n not in names]:
@@ -130,6 +132,7 @@ class FleetTable(ScrollView, can_focus=True):
         if columns != self._columns or width != self._width:
             self._columns, self._width = columns, width
             self._lines.clear()
+            self._styles.clear()
         self.virtual_size = Size(width, len(self.rows) + 1)
 
     def on_resize(self, _event: events.Resize) -> None:
@@ -169,50 +172,61 @@ class FleetTable(ScrollView, can_focus=True):
             self._move_to(index)
 
     # -- drawing ------------------------------------------------------------------------
-    def _style(self, role: str) -> Style:
-        p = self.palette
-        colour = {"success": p.success, "warning": p.warning, "error": p.error}.get(role)
-        if colour:
-            return Style(color=colour)
-        return Style(dim=True) if role == "muted" else Style(bold=True) if role == "bold" else Style()
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()  # a theme change: every style again
+        self._lines.clear()
 
-    def _text(self, cells: Sequence[tuple[str, str, str]]) -> Text:
-        """``cells``: (text, colour role, column key) fitted to the columns."""
-        text = Text(no_wrap=True, end="")
-        for n, (col, (value, role, _key)) in enumerate(zip(self._columns, cells, strict=True)):
+    def _role_style(self, role: str, selected: bool) -> Style:
+        """The base style (+ the cursor's) + a colour role, built once per theme."""
+        key = (role, selected)
+        found = self._styles.get(key)
+        if found is None:
+            base = self.rich_style
+            if selected:
+                base = base + self.get_component_rich_style("fleet-table--cursor")
+            if role == "header":
+                base = base + self.get_component_rich_style("fleet-table--header")
+            p = self.palette
+            colour = {"success": p.success, "warning": p.warning, "error": p.error}.get(role)
+            extra = Style(color=colour) if colour else Style(dim=True) if role == "muted" else \
+                Style(bold=True) if role == "bold" else Style()
+            found = self._styles[key] = base + extra
+        return found
+
+    def _line(self, cells: Sequence[tuple[str, str]], selected: bool) -> Strip:
+        """One line from (text, colour role) per column: segments made directly (no markup, no
+        Rich rendering), each cell cut or padded to its column."""
+        gap = Segment(" " * GAP, self._role_style("", selected))
+        segments: list[Segment] = []
+        for n, (col, (value, role)) in enumerate(zip(self._columns, cells, strict=True)):
             if n:
-                text.append(" " * GAP)
-            value = value if len(value) <= col.width else value[:col.width - 1] + "…"
-            value = value.rjust(col.width) if col.right else value.ljust(col.width)
-            text.append(value, self._style(role))
-        return text
+                segments.append(gap)
+            if cell_len(value) > col.width:
+                value = set_cell_size(value, col.width - 1) + "…"
+            pad = " " * (col.width - cell_len(value))
+            segments.append(Segment(pad + value if col.right else value + pad, self._role_style(role, selected)))
+        used = sum(c.width for c in self._columns) + GAP * max(0, len(self._columns) - 1)
+        if used < self._width:
+            segments.append(Segment(" " * (self._width - used), self._role_style("", selected)))
+        return Strip(segments, max(used, self._width)).crop(0, self._width)
 
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
-        base = self.rich_style
         if y == 0:
-            header = self.get_component_rich_style("fleet-table--header")
-            cells = [(c.label, "", c.key) for c in self._columns]
-            strip = self._strip(self._text(cells), width, base + header)
-            return strip
+            return self._line([(c.label, "header") for c in self._columns], False)
         index = int(self.scroll_y) + y - 1
         if index >= len(self.rows):
-            return Strip.blank(width, base)
+            return Strip.blank(self._width, self._role_style("", False))
         row = self.rows[index]
         selected = row.name == self.cursor_host
-        key = (row.cells, selected, self._width)
+        cells = row.cells
         cached = self._lines.get(row.name)
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == (cells, selected):
             return cached[1]
-        style = base + self.get_component_rich_style("fleet-table--cursor") if selected else base
-        strip = self._strip(self._text([(*row.cell(c.key), c.key) for c in self._columns]), width, style)
-        self._lines[row.name] = (key, strip)
+        strip = self._line([cells.get(c.key, ("", "")) for c in self._columns], selected)
+        self._lines[row.name] = ((cells, selected), strip)
         self.lines_rendered += 1
         return strip
-
-    def _strip(self, text: Text, width: int, style: Style) -> Strip:
-        segments = list(text.render(self.app.console))
-        return Strip(Segment.apply_style(segments, style), text.cell_len).crop_extend(0, width, style)
 
 
 # ------------------------------------------------------------------------------ the view
