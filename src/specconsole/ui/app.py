@@ -37,6 +37,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, VerticalScroll
 from textual.css.query import NoMatches
+from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import BUILTIN_THEMES
 from textual.timer import Timer
@@ -66,6 +67,7 @@ from specconsole.ui.panes import (
     View,
 )
 from specconsole.ui.provider import StatusProvider
+from specconsole.ui.quit_key import typing_text, with_quit_deadline
 from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, plan_keys
 from specconsole.ui.screens import ConfirmScreen, HelpScreen
 from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
@@ -249,6 +251,15 @@ class ConsoleApp(App[int]):
     # -- leaving: q, signals, the terminal going away ------------------------------------
     def action_quit(self) -> None:  # type: ignore[override]
         self._leave(0, None)
+
+    def get_driver_class(self) -> type[Driver]:
+        base = super().get_driver_class()
+        return with_quit_deadline(base) if self.handle_signals else base
+
+    def quit_key_pressed(self, key: str) -> None:
+        """From the input thread, before the loop sees the key: q arms the exit deadline at once."""
+        if self.exit_guard is not None and key == self.key_plan.key_of("quit") and not typing_text(self):
+            self.exit_guard.arm(0, "quit")
 
     def _signal_received(self, sig: int) -> None:
         """From the signal handler (any moment, main thread): hand the exit to the loop."""
