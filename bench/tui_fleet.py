@@ -138,11 +138,12 @@ def pct(values: list[float], q: float) -> float:
 
 
 def one(lab: Lab, tmp: Path, hosts: int, seconds: float, size: tuple[int, int], settle: float,
-        profile: Path | None) -> dict[str, float]:
+        profile: Path | None, config: Path | None = None) -> dict[str, float]:
     run = tmp / f"n{hosts}"
     run.mkdir()
-    config = write_fleet_config(lab, run / "fleet.toml", hosts, log_path=tmp / "train.jsonl",
-                                audit_log=run / "audit.log", state_dir=run / "state")
+    if config is None:
+        config = write_fleet_config(lab, run / "fleet.toml", hosts, log_path=tmp / "train.jsonl",
+                                    audit_log=run / "audit.log", state_dir=run / "state")
     frame = run / "first-frame"
     session = f"n{hosts}"
     if profile is not None:
@@ -194,6 +195,8 @@ def main() -> int:
     ap.add_argument("--size", default="200x50", help="terminal size, COLSxROWS")
     ap.add_argument("--profile", type=Path, help="cProfile the console over the window; stats to this file")
     ap.add_argument("--python-gpu-double", action="store_true", help="keep the lab's Python nvidia-smi double")
+    ap.add_argument("--demo", action="store_true",
+                    help="also the two-host demo lab (torchrun job, SGLang simulator, Python GPU double), first")
     args = ap.parse_args()
     if not shutil.which("tmux"):
         print("bench: needs tmux", file=sys.stderr)
@@ -210,7 +213,19 @@ def main() -> int:
           f"terminal {args.size}", flush=True)
     try:
         tmux("new-session", "-d", "-s", "keep", "sleep 86400")
-        for n in (int(x) for x in args.hosts.split(",")):
+        if args.demo:
+            demo = Lab(tmp / "demo", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0),
+                       say=lambda _m: None)
+            demo.up()
+            try:
+                time.sleep(8)  # the trainer's first steps, SGLang loaded
+                r = one(demo, tmp, 2, args.seconds, (size[0], size[1]), args.settle, args.profile,
+                        config=demo.config_path)
+            finally:
+                demo.down()
+            print(f" demo (2 hosts, all sources): {r['cpu_s_per_min']:6.2f} CPU-s/min idle (load {r['load']:.1f}), "
+                  f"first full frame {r['first_frame_s']:5.1f} s, quit {r['quit_s']:.2f} s", flush=True)
+        for n in (int(x) for x in args.hosts.split(",") if x):
             r = one(lab, tmp, n, args.seconds, (size[0], size[1]), args.settle, args.profile)
             print(f"{n:>5} hosts: {r['cpu_s_per_min']:6.2f} CPU-s/min (load {r['load']:.1f}), first full frame "
                   f"{r['first_frame_s']:5.1f} s, shown ages p50 {r['age_p50']:.1f} s p99 {r['age_p99']:.1f} s "

@@ -342,14 +342,16 @@ class FleetNavigator:
         self.showing_fleet = self.fleet_mode
         self.detail: str | None = None  # the host drilled into
         self._mounted: list[Widget] = []  # fleet mode: that host's panes, removed on the way back
+        self._view: FleetView | None = None
 
     @property
     def view(self) -> FleetView | None:
-        screen = self.app.main_screen
-        if screen is None:
-            return None
-        found = screen.query(FleetView)
-        return found.first() if found else None
+        """The fleet view (looked up once: a DOM query on every redraw costs)."""
+        if self._view is None or not self._view.is_attached:
+            screen = self.app.main_screen
+            found = screen.query(FleetView) if screen is not None else None
+            self._view = found.first() if found else None
+        return self._view
 
     @property
     def body_shown(self) -> bool:

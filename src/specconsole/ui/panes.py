@@ -1,7 +1,7 @@
 """The console's panes. Each reads :class:`~specconsole.monitor.HostStatus` snapshots and nothing else.
 
 Every pane has ``show(status, view)``, called by the app on each refresh; a pane only touches
-the widgets whose text changed (DataTable cells through ``update_cell`` on stable row keys), so
+the widgets whose text changed (GPU table rows by stable keys, one line each), so
 a 1 Hz refresh redraws a handful of cells, never the whole screen.
 """
 
@@ -23,7 +23,7 @@ from textual.markup import escape
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from specconsole.config import HostConfig
 from specconsole.events import Event, EventLog
@@ -32,6 +32,7 @@ from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
 from specconsole.ui import format as fmt
 from specconsole.ui.fleet_rows import FleetRow, summary_text
+from specconsole.ui.gpu_table import GpuTable
 from specconsole.ui.history import History, tokens_per_s
 from specconsole.ui.widgets import PlotRow
 
@@ -124,18 +125,13 @@ class HostPane(Vertical):
         self.border_subtitle = escape(address)
         yield TextBlock("… connecting", classes="badge")
         yield TextBlock("", classes="problem")
-        table: DataTable[Text] = DataTable(cursor_type="none", show_cursor=False, zebra_stripes=False,
-                                           classes="gpus")
-        table.can_focus = False
-        for key, label in fmt.GPU_COLUMNS:
-            table.add_column(label, key=key)
-        yield table
+        yield GpuTable(fmt.GPU_COLUMNS, classes="gpus")
         yield PlotRow("util %", maximum=100.0, classes="plot util")
         yield PlotRow("tok/s", classes="plot tokens")
 
     @property
-    def table(self) -> DataTable[Text]:
-        return _part(self, ".gpus", DataTable)
+    def table(self) -> GpuTable:
+        return _part(self, ".gpus", GpuTable)
 
     @property
     def row_keys(self) -> list[str]:
@@ -202,23 +198,17 @@ class HostPane(Vertical):
             added |= self._put_row(table, f"gpu-{index}",
                                    fmt.missing_gpu_cells(index, self._names.get(index), palette))
         if added:
-            table.sort("idx", key=lambda cell: int(cell.plain) if cell.plain.isdigit() else 0)
+            table.sort(key=lambda cells: int(cells[0].plain) if cells[0].plain.isdigit() else 0)
 
-    def _put_row(self, table: DataTable[Text], key: str, cells: tuple[Text, ...]) -> bool:
+    def _put_row(self, table: GpuTable, key: str, cells: tuple[Text, ...]) -> bool:
         # Rich's Text equality ignores the base style: compare text *and* style, so a cell that
         # only turns dim (stale) or changes colour (theme) is rewritten too.
         sig = tuple((c.plain, str(c.style)) for c in cells)
         old = self._rows.get(key)
-        if old is None:
-            table.add_row(*cells, key=key)
-            self._rows[key] = sig
-            return True
         if old != sig:
-            for (col, _label), new, new_sig, before in zip(fmt.GPU_COLUMNS, cells, sig, old, strict=True):
-                if new_sig != before:
-                    table.update_cell(key, col, new, update_width=True)
+            table.put_row(key, cells)  # repaints that row's line only
             self._rows[key] = sig
-        return False
+        return old is None
 
 
 # ------------------------------------------------------------------------------ serving
