@@ -175,10 +175,12 @@ def one(lab: Lab, tmp: Path, hosts: int, seconds: float, size: tuple[int, int], 
     load1 = os.getloadavg()[0]
     t_q = time.monotonic()
     tmux("send-keys", "-t", session, "q")
-    while alive(pid) and time.monotonic() - t_q < 60:
+    while alive(pid) and time.monotonic() - t_q < 30:
         time.sleep(0.005)
     quit_s = time.monotonic() - t_q
     if alive(pid):
+        print(f"bench: the console did not leave on q; its screen:\n{tmux('capture-pane', '-p', '-t', session)}",
+              flush=True)
         os.kill(pid, signal.SIGKILL)
     tmux("kill-session", "-t", session, check=False)
     return {"hosts": hosts, "cpu_s_per_min": (c1 - c0) / ((w1 - w0) / 60), "first_frame_s": first,
@@ -216,8 +218,8 @@ def main() -> int:
         if args.demo:
             demo = Lab(tmp / "demo", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0),
                        say=lambda _m: None)
-            demo.up()
             try:
+                demo.up()
                 time.sleep(8)  # the trainer's first steps, SGLang loaded
                 r = one(demo, tmp, 2, args.seconds, (size[0], size[1]), args.settle, args.profile,
                         config=demo.config_path)

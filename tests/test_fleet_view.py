@@ -242,5 +242,66 @@ async def test_quit_key_arms_the_exit_deadline_from_the_input_thread(tmp_path: P
         app.exit_guard = None
 
 
+# ---------------------------------------------------------------------------- a real terminal
+
+def test_fleet_view_in_tmux_80x24_and_120x40(lab_hosts: Any, tmp_path: Path) -> None:
+    """The real ``specconsole`` on SSH hosts of the lab (training-log streams only, so it stays
+    cheap) in tmux panes: 10 hosts at 80x24 (the fleet view, Enter, Escape, q), then 2 hosts at
+    120x40 (the usual panes, f to the fleet view with every column and back, q)."""
+    import shutil
+
+    from specconsole.lab.fleet import write_fleet_config, write_training_log
+    from test_signals import EXE, Tmux, alive, wait
+
+    if not shutil.which("tmux"):
+        pytest.fail("tmux is required: apt-get install -y tmux (scripts/setup.sh does this)")
+    log = write_training_log(tmp_path / "train.jsonl")
+    config = write_fleet_config(lab_hosts, tmp_path / "fleet.toml", 10, log_path=log, gpu_every=0,
+                                audit_log=tmp_path / "audit.log", state_dir=tmp_path / "state")
+    frame = tmp_path / "first-frame"
+    tmux = Tmux(tmp_path)
+    try:
+        tmux("new-session", "-d", "-s", "c", "-x", "80", "-y", "24", "-e", f"SPECCONSOLE_FIRST_FRAME_FILE={frame}",
+             f"exec {EXE} --config {config}")
+        pid = int(tmux("display-message", "-p", "-t", "c", "#{pane_pid}").strip())
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", "c")
+
+        assert wait(frame.exists, 90), f"no full frame; the screen was:\n{screen()}"
+        assert wait(lambda: "10 hosts: 10 ok" in screen(), 30), screen()
+        small = screen().splitlines()
+        assert len(small) == 24 and all(len(line) <= 80 for line in small)
+        assert any("Host" in line and "State" in line for line in small)
+        assert sum(1 for line in small if line.startswith("│ h0")) == 10  # every host on one line
+        assert "SGLang" not in small[3]  # 80 columns: the least important columns left out
+        tmux("send-keys", "-t", "c", "Enter")  # the first host's own panes
+        assert wait(lambda: "╭─ h000 · train" in screen() and "Training · h000" in screen(), 20), screen()
+        tmux("send-keys", "-t", "c", "Escape")
+        assert wait(lambda: "╭─ Fleet" in screen(), 20), screen()
+        tmux("send-keys", "-t", "c", "q")
+        assert wait(lambda: not alive(pid), 10), "the console did not leave on q"
+
+        # two hosts: the usual panes; the hidden fleet view must not hold the focus (its filter
+        # input once took it in a real terminal and ate every key, q included)
+        two = write_fleet_config(lab_hosts, tmp_path / "two.toml", 2, log_path=log, gpu_every=0,
+                                 audit_log=tmp_path / "audit2.log", state_dir=tmp_path / "state")
+        frame.unlink()
+        tmux("new-session", "-d", "-s", "two", "-x", "120", "-y", "40", "-e",
+             f"SPECCONSOLE_FIRST_FRAME_FILE={frame}", f"exec {EXE} --config {two}")
+        pid = int(tmux("display-message", "-p", "-t", "two", "#{pane_pid}").strip())
+        assert wait(frame.exists, 90), tmux("capture-pane", "-p", "-t", "two")
+        assert wait(lambda: "╭─ h001 · train" in tmux("capture-pane", "-p", "-t", "two"), 20)
+        tmux("send-keys", "-t", "two", "f")  # the fleet view at 120 columns: every column
+        assert wait(lambda: "╭─ Fleet" in (s := tmux("capture-pane", "-p", "-t", "two")) and "SGLang" in s
+                    and "Role" in s and "2 hosts" in s, 20), tmux("capture-pane", "-p", "-t", "two")
+        tmux("send-keys", "-t", "two", "f")
+        assert wait(lambda: "╭─ h001 · train" in tmux("capture-pane", "-p", "-t", "two"), 20)
+        tmux("send-keys", "-t", "two", "q")
+        assert wait(lambda: not alive(pid), 10), f"q did not end it:\n{tmux('capture-pane', '-p', '-t', 'two')}"
+    finally:
+        tmux.kill_server()
+
+
 def test_sample_clock_is_frozen() -> None:
     assert time.time() > NOW  # the fixed fleet's samples are dated at the frozen clock, not now

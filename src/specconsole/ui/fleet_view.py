@@ -259,7 +259,14 @@ class FleetView(Vertical):
         yield FleetTable(classes="fleet-table")
 
     def on_mount(self) -> None:
-        self.query_one(Input).display = False
+        self._close_filter()
+
+    def _close_filter(self) -> None:
+        """Hidden and out of the focus chain (a hidden input that got the focus would eat every
+        key: q, k, d typed into it)."""
+        box = self.query_one(Input)
+        box.display = False
+        box.can_focus = False
 
     @property
     def table(self) -> FleetTable:
@@ -295,6 +302,7 @@ class FleetView(Vertical):
 
     def open_filter(self) -> None:
         box = self.query_one(Input)
+        box.can_focus = True
         box.display = True
         box.focus()
 
@@ -305,7 +313,7 @@ class FleetView(Vertical):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         if not event.value.strip():
-            event.input.display = False
+            self._close_filter()
         self.table.focus()
 
     def on_key(self, event: events.Key) -> None:
@@ -314,7 +322,7 @@ class FleetView(Vertical):
             event.stop()
             event.prevent_default()
             box.value = ""
-            box.display = False
+            self._close_filter()
             self.query_text = ""
             self.table.focus()
             self._redraw()
@@ -365,6 +373,7 @@ class FleetNavigator:
         body = screen.query_one("#body")
         view.display = self.showing_fleet
         body.display = not self.showing_fleet
+        view.table.can_focus = self.showing_fleet  # hidden: out of the focus chain
         if self.showing_fleet:
             view.table.focus()
         elif self.app.focused is not None and view in self.app.focused.ancestors_with_self:
