@@ -46,6 +46,7 @@ from specconsole.lab.fleet import write_fleet_config, write_training_log
 from specconsole.sources.gpu import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 
 EXE = Path(sys.executable).parent / "specconsole"
+EXE_USED = [EXE]  # --exe: another build's specconsole (a baseline in the same run)
 TMUX = ["tmux", "-L", f"specconsole-tui-bench-{os.getpid()}", "-f", "/dev/null"]
 TICK = os.sysconf("SC_CLK_TCK")
 AGE = re.compile(r"(?:●|STALE) (\d+(?:\.\d+)?s|\d+m\d\ds)")
@@ -151,7 +152,7 @@ def one(lab: Lab, tmp: Path, hosts: int, seconds: float, size: tuple[int, int], 
         script.write_text(PROFILED)
         command = f"exec {sys.executable} {script} --config {config}"
     else:
-        command = f"exec {EXE} --config {config}"
+        command = f"exec {EXE_USED[0]} --config {config}"
     t0 = time.monotonic()
     tmux("new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
          "-e", f"SPECCONSOLE_FIRST_FRAME_FILE={frame}", "-e", f"BENCH_PROFILE={profile}", command)
@@ -199,7 +200,10 @@ def main() -> int:
     ap.add_argument("--python-gpu-double", action="store_true", help="keep the lab's Python nvidia-smi double")
     ap.add_argument("--demo", action="store_true",
                     help="also the two-host demo lab (torchrun job, SGLang simulator, Python GPU double), first")
+    ap.add_argument("--exe", type=Path, help="the specconsole to run (default: this venv's)")
     args = ap.parse_args()
+    if args.exe:
+        EXE_USED[0] = args.exe
     if not shutil.which("tmux"):
         print("bench: needs tmux", file=sys.stderr)
         return 2
