@@ -133,6 +133,8 @@ class ConsoleSettings:
     theme: Text | None = None
     audit_log: Text = field(default_factory=_audit_log)
     state_dir: Text = field(default_factory=_state_dir)
+    #: fleet view (issue 13): more hosts than this open on the fleet table, one line per host
+    fleet_threshold: Annotated[int, num(ge=0, why="it is a host count (0: always the fleet view)")] = 8
 
 
 LabelName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]

@@ -29,7 +29,7 @@ import termios
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from rich.console import Console
@@ -37,6 +37,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
 from textual.css.query import NoMatches
+from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import BUILTIN_THEMES
 from textual.timer import Timer
@@ -45,13 +46,15 @@ from textual.widgets import Footer
 
 from specconsole import paths
 from specconsole.actions.steps import Emit, StepEvent
-from specconsole.config import Config
+from specconsole.config import Config, HostConfig
 from specconsole.eval.store import EvalRun
 from specconsole.events import Event, EventLog
+from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
 from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.eval_pane import EvalPane, OnResult
+from specconsole.ui.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
 from specconsole.ui.palette import ActionsProvider
@@ -65,6 +68,7 @@ from specconsole.ui.panes import (
     View,
 )
 from specconsole.ui.provider import StatusProvider
+from specconsole.ui.quit_key import typing_text, with_quit_deadline
 from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, keymap, plan_keys, registry_bindings
 from specconsole.ui.screens import ConfirmScreen, HelpScreen
 from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
@@ -131,6 +135,9 @@ class ConsoleApp(App[int]):
         self._pending: Timer | None = None
         self._refreshes = 0
         self._panes: list[HostPane | ServingPane | TrainingPane] | None = None
+        self._seen: set[str] = set()  # hosts that had complete data at a redraw
+        self.freshness = Staleness()  # each value's stale state, with hysteresis
+        self.fleet_nav = FleetNavigator(self)  # fleet view or host panes (issue 13)
         self._thread_id = threading.get_ident()
         self._action_running: str | None = None
         self._cli_theme = theme
@@ -182,17 +189,28 @@ class ConsoleApp(App[int]):
         for theme in self.loaded_themes.themes.values():
             self.register_theme(theme)
 
+    def detail_panes(self, hosts: Sequence[HostConfig]) -> tuple[list[Widget], list[Widget]]:
+        """The host panes and the serving/training panes of ``hosts``."""
+        names = {h.name for h in hosts}
+        return ([HostPane(h, id=f"host-{_dom_id(h.name)}") for h in hosts],
+                [*(ServingPane(h, id=f"serving-{_dom_id(h.name)}") for h in self.config.serve_hosts
+                   if h.name in names),
+                 *(TrainingPane(h, id=f"training-{_dom_id(h.name)}") for h in self.config.train_hosts
+                   if h.name in names)])
+
+    def panes_changed(self) -> None:
+        self._panes = None
+
     def compose(self) -> ComposeResult:
+        # past console.fleet_threshold hosts: the fleet view, and panes only for a host drilled into
+        top, middle = self.detail_panes(() if self.fleet_nav.fleet_mode else self.config.hosts)
         yield SummaryBar(id="summary")
+        yield FleetView(self.config, id="fleet")
         with VerticalScroll(id="body"):
-            with Container(id="hosts", classes=f"-n{min(len(self.config.hosts), 3)}"):
-                for h in self.config.hosts:
-                    yield HostPane(h, id=f"host-{_dom_id(h.name)}")
+            with Container(id="hosts", classes=f"-n{min(len(top), 3)}"):
+                yield from top
             with Container(id="middle"):
-                for h in self.config.serve_hosts:
-                    yield ServingPane(h, id=f"serving-{_dom_id(h.name)}")
-                for h in self.config.train_hosts:
-                    yield TrainingPane(h, id=f"training-{_dom_id(h.name)}")
+                yield from middle
                 yield EvalPane(id="eval")
             yield EventsPane(self.events, id="events")
         yield ActionPanel(id="action")
@@ -210,6 +228,7 @@ class ConsoleApp(App[int]):
         if self.start_fleet:
             self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
         self.query_one(ActionPanel).display = False
+        self.fleet_nav.apply()
         self.refresh_panes()
 
     async def _start_fleet(self) -> None:
@@ -225,6 +244,15 @@ class ConsoleApp(App[int]):
     # -- leaving: q, signals, the terminal going away ------------------------------------
     def action_quit(self) -> None:  # type: ignore[override]
         self._leave(0, None)
+
+    def get_driver_class(self) -> type[Driver]:
+        base = super().get_driver_class()
+        return with_quit_deadline(base) if self.handle_signals else base
+
+    def quit_key_pressed(self, key: str) -> None:
+        """From the input thread, before the loop sees the key: q arms the exit deadline at once."""
+        if self.exit_guard is not None and key == self.key_plan.key_of("quit") and not typing_text(self):
+            self.exit_guard.arm(0, "quit")
 
     def _signal_received(self, sig: int) -> None:
         """From the signal handler (any moment, main thread): hand the exit to the loop."""
@@ -309,8 +337,7 @@ class ConsoleApp(App[int]):
             self._pending = self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
 
     def _has_data(self, host: str) -> bool:
-        pane = self._host_pane(host)
-        return pane is not None and bool(pane.row_keys)
+        return host in self._seen  # a set, not a DOM query: this runs for every sample of every host
 
     def _coalesced_refresh(self) -> None:
         self._pending = None
@@ -348,6 +375,8 @@ class ConsoleApp(App[int]):
     def _host_pane(self, name: str) -> HostPane | None:
         return self._one(HostPane, f"#host-{_dom_id(name)}")
 
+    host_pane = _host_pane
+
     def statuses(self) -> dict[str, HostStatus]:
         return {s.name: s for s in self.fleet.statuses()}
 
@@ -364,12 +393,16 @@ class ConsoleApp(App[int]):
             self.history.seed(prometheus.take_history())
         for s in statuses.values():
             self.history.record(s)
-        view = View(now=now, palette=self.palette, history=self.history)
-        if self._panes is None:  # the panes never change after mount; walking the DOM does cost
+        view = View(now=now, palette=self.palette, history=self.history, freshness=self.freshness)
+        if self._panes is None:  # the panes change only on a drill-down; walking the DOM does cost
             self._panes = [*screen.query(HostPane), *screen.query(ServingPane), *screen.query(TrainingPane)]
-        for pane in self._panes:
-            pane.show(statuses.get(pane.host.name), view)
-        summary.show(list(statuses.values()), view)
+        if self.fleet_nav.body_shown:  # hidden panes do no work
+            for pane in self._panes:
+                pane.show(statuses.get(pane.host.name), view)
+        rows = self.fleet_nav.rows(list(statuses.values()), view)
+        self.fleet_nav.show(view)
+        summary.show(list(statuses.values()), view, rows if self.fleet_nav.fleet_mode else None)
+        self._seen.update(name for name, s in statuses.items() if s.complete)
         action = self._one(ActionPanel)
         if action is not None and action.display:
             action.redraw(now)
@@ -456,6 +489,19 @@ class ConsoleApp(App[int]):
     def action_refresh(self) -> None:
         self.refresh_panes()
 
+    def action_fleet_view(self) -> None:
+        self.fleet_nav.toggle()
+
+    def action_fleet_sort(self) -> None:
+        view = self.fleet_nav.view
+        if view is not None:
+            self.notify(f"sorted by {view.cycle_sort()}", timeout=2)
+
+    def action_fleet_filter(self) -> None:
+        view = self.fleet_nav.view
+        if view is not None:
+            view.open_filter()
+
     def action_eval_run(self) -> None:
         self.query_one(EvalPane).action_start_run()
 
@@ -532,6 +578,7 @@ class ConsoleApp(App[int]):
     def action_close_action_view(self) -> None:
         panel = self._one(ActionPanel)
         if panel is None or not panel.display:
+            self.fleet_nav.back()  # from a host's panes back to the fleet view
             return
         if not panel.close():
             self.notify("the action is still running; its view closes when it ends", severity="warning",

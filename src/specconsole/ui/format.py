@@ -83,12 +83,13 @@ def thousands(value: int | None) -> str:
     return NA if value is None else f"{value:,}"
 
 
-def sample_age_text(sample: Sample[Any] | None, now: float) -> tuple[str, bool]:
-    """``("0.4s ago", False)`` or ``("STALE 12s old", True)``; ``("no data yet", True)`` when None."""
+def sample_age_text(sample: Sample[Any] | None, now: float, stale: bool | None = None) -> tuple[str, bool]:
+    """``("0.4s ago", False)`` or ``("STALE 12s old", True)``; ``("no data yet", True)`` when None.
+    ``stale``: the caller's verdict (with hysteresis, :mod:`specconsole.freshness`), else the sample's own."""
     if sample is None:
         return "no data yet", True
     age = format_age(sample.age(now))
-    if sample.is_stale(now):
+    if sample.is_stale(now) if stale is None else stale:
         return f"STALE {age} old", True
     return f"{age} ago", False
 

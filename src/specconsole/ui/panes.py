@@ -1,14 +1,15 @@
 """The console's panes. Each reads :class:`~specconsole.monitor.HostStatus` snapshots and nothing else.
 
 Every pane has ``show(status, view)``, called by the app on each refresh; a pane only touches
-the widgets whose text changed (DataTable cells through ``update_cell`` on stable row keys), so
+the widgets whose text changed (GPU table rows by stable keys, one line each), so
 a 1 Hz refresh redraws a handful of cells, never the whole screen.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from rich.segment import Segment
@@ -22,15 +23,18 @@ from textual.markup import escape
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from specconsole.config import HostConfig
 from specconsole.events import Event, EventLog
+from specconsole.freshness import Staleness
 from specconsole.hosts.address import ssh_address
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
 from specconsole.ui import format as fmt
 from specconsole.ui.checkpoints_pane import CheckpointTable
+from specconsole.ui.fleet_rows import FleetRow, summary_text
+from specconsole.ui.gpu_table import GpuTable
 from specconsole.ui.history import History, tokens_per_s
 from specconsole.ui.serving_facts import deployment_lines
 from specconsole.ui.widgets import PlotRow, scroll_bindings
@@ -46,6 +50,8 @@ class View:
     palette: fmt.Palette
     history: History
     compact: bool = False
+    #: each value's stale state between redraws (hysteresis: :mod:`specconsole.freshness`)
+    freshness: Staleness = field(default_factory=Staleness)
 
 
 class TextBlock(Static):
@@ -118,18 +124,13 @@ class HostPane(Vertical):
         self.border_subtitle = escape(address)
         yield TextBlock("… connecting", classes="badge")
         yield TextBlock("", classes="problem")
-        table: DataTable[Text] = DataTable(cursor_type="none", show_cursor=False, zebra_stripes=False,
-                                           classes="gpus")
-        table.can_focus = False
-        for key, label in fmt.GPU_COLUMNS:
-            table.add_column(label, key=key)
-        yield table
+        yield GpuTable(fmt.GPU_COLUMNS, classes="gpus")
         yield PlotRow("util %", maximum=100.0, classes="plot util")
         yield PlotRow("tok/s", classes="plot tokens")
 
     @property
-    def table(self) -> DataTable[Text]:
-        return _part(self, ".gpus", DataTable)
+    def table(self) -> GpuTable:
+        return _part(self, ".gpus", GpuTable)
 
     @property
     def row_keys(self) -> list[str]:
@@ -148,7 +149,7 @@ class HostPane(Vertical):
         # The pane dates itself by its last real GPU reading (error samples keep coming while a
         # host is down; they say why, not what the GPUs do).
         dated = self._good or fmt.newest(status)
-        stale = dated is None or dated.is_stale(now) or not status.reachable
+        stale = view.freshness.check((status.name, "host"), dated, now) or not status.reachable
         if dated is None:
             age_part = "[$text-muted]no samples yet[/]"
         elif stale:
@@ -196,23 +197,17 @@ class HostPane(Vertical):
             added |= self._put_row(table, f"gpu-{index}",
                                    fmt.missing_gpu_cells(index, self._names.get(index), palette))
         if added:
-            table.sort("idx", key=lambda cell: int(cell.plain) if cell.plain.isdigit() else 0)
+            table.sort(key=lambda cells: int(cells[0].plain) if cells[0].plain.isdigit() else 0)
 
-    def _put_row(self, table: DataTable[Text], key: str, cells: tuple[Text, ...]) -> bool:
+    def _put_row(self, table: GpuTable, key: str, cells: tuple[Text, ...]) -> bool:
         # Rich's Text equality ignores the base style: compare text *and* style, so a cell that
         # only turns dim (stale) or changes colour (theme) is rewritten too.
         sig = tuple((c.plain, str(c.style)) for c in cells)
         old = self._rows.get(key)
-        if old is None:
-            table.add_row(*cells, key=key)
-            self._rows[key] = sig
-            return True
         if old != sig:
-            for (col, _label), new, new_sig, before in zip(fmt.GPU_COLUMNS, cells, sig, old, strict=True):
-                if new_sig != before:
-                    table.update_cell(key, col, new, update_width=True)
+            table.put_row(key, cells)  # repaints that row's line only
             self._rows[key] = sig
-        return False
+        return old is None
 
 
 # ------------------------------------------------------------------------------ serving
@@ -247,7 +242,8 @@ class ServingPane(Vertical):
             _set_classes(self, stale=True)
             return
         v = sample.value
-        age, stale = fmt.sample_age_text(sample, view.now)
+        age, stale = fmt.sample_age_text(sample, view.now, view.freshness.check((status.name, "sglang"), sample,
+                                                                                 view.now))
         stale = stale or not status.reachable
         state = v.state.value
         var = _SGLANG_STATE_VAR.get(state, "$text-muted")
@@ -314,7 +310,8 @@ class TrainingPane(Vertical):
             _set_classes(self, stale=True)
             return
         p = sample.value
-        age, stale = fmt.sample_age_text(sample, view.now)
+        age, stale = fmt.sample_age_text(sample, view.now, view.freshness.check((status.name, "training"), sample,
+                                                                                 view.now))
         stale = stale or not status.reachable
         pct = ""
         target = p.target_steps or p.total_steps
@@ -348,7 +345,7 @@ class TrainingPane(Vertical):
         _part(self, ".freshness", TextBlock).set(fresh)
         recent = [escape(line) for line in p.recent_lines[-self.RECENT:]]
         _part(self, ".recent", TextBlock).set("\n".join(recent) or "[$text-muted](no lines)[/]")
-        _part(self, ".checkpoints", CheckpointTable).show(getattr(p, "checkpoints", None), view.now)
+        _part(self, ".checkpoints", CheckpointTable).show(p.checkpoints, view.now)
         _set_classes(self, stale=stale, stalled=stalled)
 
 
@@ -476,13 +473,16 @@ class SummaryBar(Static):
         super().__init__("specconsole", **kwargs)
         self._text = ""
 
-    def show(self, statuses: list[HostStatus], view: View) -> None:
+    def show(self, statuses: list[HostStatus], view: View, fleet: Sequence[FleetRow] | None = None) -> None:
         parts = ["[b]specconsole[/]"] if self.size.width >= 120 else []
+        if fleet is not None:  # the fleet view: counts per state (a badge per host would not fit)
+            self._set(" │ ".join([*parts, summary_text(fleet)]))
+            return
         for s in statuses:
             text, state = fmt.badge(s.connection, view.now)
             dated = fmt.newest(s)
             age = format_age(dated.age(view.now)) if dated is not None else "-"
-            if dated is not None and dated.is_stale(view.now):
+            if dated is not None and view.freshness.check((s.name, "host"), dated, view.now):
                 age = f"[$warning]{age}[/]"
             parts.append(f"{escape(s.name)} [{_BADGE_VAR[state]}]{text.split(' ')[0]}[/] {age}")
         for s in statuses:
@@ -498,7 +498,9 @@ class SummaryBar(Static):
                 tok = f" {fmt.si(m.tokens_per_s)} tok/s" if m is not None else ""
                 acc = f" acc {fmt.num(m.spec_accept_length, '{:.2f}')}" if m is not None else ""
                 parts.append(f"[{_SGLANG_STATE_VAR.get(state, '$text-muted')}]{escape(state)}[/]{tok}{acc}")
-        text = " │ ".join(parts)
+        self._set(" │ ".join(parts))
+
+    def _set(self, text: str) -> None:
         if text != self._text:
             self._text = text
             self.update(text, layout=False)  # one line, fixed size

@@ -56,6 +56,11 @@ def _several_themes(ctx: ActionContext) -> str | None:
     return None if len(ctx.theme_names) > 1 else "only one theme loaded"
 
 
+def _fleet_shown(ctx: ActionContext) -> str | None:
+    nav = getattr(ctx, "fleet_nav", None)
+    return None if getattr(nav, "showing_fleet", False) else "only in the fleet view (f shows it)"
+
+
 @dataclass(frozen=True)
 class ActionSpec:
     """One console action. ``id`` is also the Textual action name (``action_<id>`` on the app)."""
@@ -79,6 +84,12 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("cycle_theme", "t", "Theme", "Switch to the next theme from themes/ (remembered)",
                available=_several_themes),
     ActionSpec("refresh", "r", "Refresh", "Redraw every pane from the latest samples now", show=False),
+    ActionSpec("fleet_view", "f", "Fleet", "Switch between the fleet view (one line per host, worst first) "
+               "and the host panes"),
+    ActionSpec("fleet_sort", "s", "Sort", "Fleet view: sort by the next column (worst first, name, GPU util, "
+               "power, tok/s, training progress)", available=_fleet_shown, show=False),
+    ActionSpec("fleet_filter", "slash", "Filter", "Fleet view: show only the hosts whose line has every word "
+               "typed (esc clears)", available=_fleet_shown, show=False),
     ActionSpec("eval_run", "e", "Eval", "Run the coding-task eval against the current deployment (eval pane)",
                available=_has_serve_host),
     ActionSpec("kill_training", "k", "Kill training",

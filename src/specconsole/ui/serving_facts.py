@@ -3,22 +3,21 @@ worker logged at start-up (DDTREE: ``Initialized DDTree worker. block_size=…, 
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.markup import escape
 
+from specconsole.sglang.info import ServerInfo
 from specconsole.ui import format as fmt
 
 
-def deployment_lines(info: Any, worker: tuple[tuple[str, str], ...] = ()) -> list[str]:
+def deployment_lines(info: ServerInfo, worker: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """The block/window/draft-tokens line, plus DDTREE's tree budget and mode and the worker's facts."""
-    block = getattr(info, "block_size", None)
+    block = info.block_size
     lines = [f"block size [b]{fmt.num(block)}[/]  ·  "
-             f"draft window [b]{fmt.num(getattr(info, 'draft_window', None))}[/]  ·  "
-             f"draft tokens [b]{fmt.num(getattr(info, 'num_draft_tokens', None))}[/]"]
-    if getattr(info, "algorithm", None) != "DDTREE":
+             f"draft window [b]{fmt.num(info.draft_window)}[/]  ·  "
+             f"draft tokens [b]{fmt.num(info.num_draft_tokens)}[/]"]
+    if info.algorithm != "DDTREE":
         return lines
-    budget = getattr(info, "tree_budget", None)
+    budget = info.tree_budget
     mode = ""
     if isinstance(budget, int) and isinstance(block, int):
         mode = "  ·  [b]full tree[/]" if budget > block - 1 else "  ·  spine (a chain)"
