@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+import sample_data as sd
 from fleet_sample import fixed_fleet, fleet_config, fleet_statuses
 from specconsole.config import parse_config
 from specconsole.errors import ConfigError
 from specconsole.freshness import FRESH_BELOW, STALE_AFTER, Staleness, stale_next
 from specconsole.samples import Sample
-from specconsole.ui import sample_data as sd
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.fleet_rows import SORTS, fit_columns, fleet_row, order
 from specconsole.ui.fleet_view import FleetTable, FleetView

@@ -21,7 +21,6 @@ same port and storage (the outage tests). Every step prints what it does.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from specconsole.lab.environment import free_port
+from specconsole.lab.environment import free_port, toml_str  # a TOML (and YAML) basic string
 
 PROMETHEUS_BINARIES = ("prometheus", "/usr/bin/prometheus")
 
@@ -47,10 +46,6 @@ def prometheus_binary() -> str | None:
 
 def _say(msg: str) -> None:
     print(f"prom-fleet: {msg}", file=sys.stderr, flush=True)
-
-
-def _q(value: object) -> str:
-    return json.dumps(str(value))  # a TOML/YAML basic string
 
 
 def _wait(check: object, what: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
@@ -150,12 +145,12 @@ def write_prometheus_config(path: Path, exporter_url: str, extra_targets: dict[s
              f"  scrape_timeout: {round(max(0.4, min(10.0, scrape_interval_s * 0.8)) * 1000)}ms",
              "  evaluation_interval: 1m", "scrape_configs:",
              "  - job_name: dcgm", "    static_configs:",
-             f"      - targets: [{_q(f'{exporter.host}:{exporter.port}')}]"]
+             f"      - targets: [{toml_str(f'{exporter.host}:{exporter.port}')}]"]
     for host, url in extra_targets.items():
         u = httpx.URL(url)
-        lines += [f"  - job_name: {_q('sglang-' + host)}", "    metrics_path: /metrics",
-                  "    static_configs:", f"      - targets: [{_q(f'{u.host}:{u.port}')}]",
-                  f"        labels: {{Hostname: {_q(host)}}}"]
+        lines += [f"  - job_name: {toml_str('sglang-' + host)}", "    metrics_path: /metrics",
+                  "    static_configs:", f"      - targets: [{toml_str(f'{u.host}:{u.port}')}]",
+                  f"        labels: {{Hostname: {toml_str(host)}}}"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -208,11 +203,11 @@ def write_console_config(path: Path, lab: PromLab, *, interval_s: float = 1.0,
     state = state_dir or path.parent / "state"
     parts = [f"""[console]
 refresh_s = 1.0
-audit_log = {_q(state / "audit.log")}
-state_dir = {_q(state)}
+audit_log = {toml_str(state / "audit.log")}
+state_dir = {toml_str(state)}
 
 [prometheus]
-url = {_q(lab.url)}
+url = {toml_str(lab.url)}
 interval_s = {interval_s:g}
 timeout_s = {timeout_s:g}
 history_s = {history_s:g}
@@ -233,7 +228,7 @@ role = "serve"
 connect = "local"
 gpu.source = "none"
 [hosts.sglang]
-base_url = {_q(url)}
+base_url = {toml_str(url)}
 """)
     path.write_text("\n".join(parts))
     _say(f"wrote console config {path}: {len(lab.host_names)} GPU hosts, "
