@@ -64,7 +64,7 @@ def test_config_reads_prometheus_and_refuses_a_source_without_it() -> None:
         parse_config(_cfg())
     with pytest.raises(ConfigError, match=r"prometheus.url: not an http\(s\) URL"):
         parse_config(_cfg('[prometheus]\nurl = "prom:9090"'))
-    with pytest.raises(ConfigError, match=r"prometheus.host_map.n7: must be a console host name"):
+    with pytest.raises(ConfigError, match=r"prometheus.host_map.n7: must be a non-empty string, got 3"):
         parse_config(_cfg('[prometheus]\nurl = "http://p:1"\nhost_map = { "n7" = 3 }'))
     with pytest.raises(ConfigError, match=r"prometheus.host_label: not a Prometheus label name"):
         parse_config(_cfg('[prometheus]\nurl = "http://p:1"\nhost_label = "host-name"'))

@@ -17,7 +17,7 @@ import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
-from specconsole.validation import Invalid, Text, convert, named_items, num
+from specconsole.validation import Invalid, Text, convert, named_items, num, text
 
 Role = Literal["train", "serve", "both"]
 GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]
@@ -137,7 +137,8 @@ class ConsoleSettings:
     fleet_threshold: Annotated[int, num(ge=0, why="it is a host count (0: always the fleet view)")] = 8
 
 
-LabelName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+LabelName = Annotated[str, text(r"^[A-Za-z_][A-Za-z0-9_]*$", "not a Prometheus label name",
+                                   'use letters, digits and _, e.g. host_label = "Hostname"')]
 
 
 @dataclass(frozen=True)

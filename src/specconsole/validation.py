@@ -116,13 +116,49 @@ def named_items(data: object, path: Path) -> str:
 
 _MISSING = object()
 _AT = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-_SEG = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_SEG = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+#: msgspec names a dict's key as ``[...]``: the first key whose value does not fit stands for it
+_ANY_KEY = "..."
 
 
 def _child(node: object, seg: str | int) -> object:
     if isinstance(seg, int):
         return node[seg] if isinstance(node, list) and seg < len(node) else _MISSING
     return node.get(seg, _MISSING) if isinstance(node, dict) else _MISSING
+
+
+def _fits(value: object, t: mi.Type) -> bool:
+    """A quick look (not a validation) at whether ``value`` is of ``t``'s kind: enough to find
+    which of a dict's entries msgspec complained about."""
+    s = _strip(t)
+    if isinstance(s, mi.StrType):
+        return isinstance(value, str) and len(value) >= (s.min_length or 0)
+    if isinstance(s, mi.BoolType):
+        return isinstance(value, bool)
+    if isinstance(s, mi.IntType | mi.FloatType):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(s, mi.StructType | mi.DataclassType | mi.DictType):
+        return isinstance(value, dict)
+    return True
+
+
+def _resolve_keys(data: object, root: mi.Type, path: Path) -> Path:
+    """``path`` with each ``[...]`` (a dict entry msgspec does not name) replaced by the key of
+    the first entry whose value does not fit."""
+    out: list[str | int] = []
+    node, t = data, root
+    for seg in path:
+        if seg == _ANY_KEY and isinstance(node, dict):
+            step = _step(t, "")
+            bad = [k for k, v in node.items() if step is None or not _fits(v, step[0])]
+            seg = str(bad[0] if bad else next(iter(node), seg))
+        out.append(seg)
+        info = _step(t, seg) if t is not None else None
+        node = _child(node, seg)
+        if info is None:
+            return (*out, *path[len(out):])
+        t = info[0]
+    return tuple(out)
 
 
 def _at(data: object, path: Path) -> object:
@@ -243,7 +279,9 @@ def _translate(message: str, data: object, root: mi.Type, name: Callable[[object
                top: str, json: bool) -> Invalid:
     m = _AT.match(message)
     detail = m.group("detail") if m else message
-    path: Path = tuple(int(i) if i else k for k, i in _SEG.findall(m.group("path") or "")) if m else ()
+    raw: Path = tuple(k or (i if i == _ANY_KEY else int(i)) for k, i in _SEG.findall(m.group("path") or "")) \
+        if m else ()
+    path = _resolve_keys(data, root, raw)
     unknown = re.match(r"Object contains unknown field `(.+)`", detail)
     if unknown:
         key = unknown.group(1)
