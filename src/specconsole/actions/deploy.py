@@ -5,7 +5,8 @@
    model's ``config.json``, checks SGLang's constraints and the GPU memory, and returns a
    :class:`DeployPlan` (current vs new flags, the drop-in diff, what restarts). Invalid input
    is refused here, before anything on the host changes, naming SGLang's constraint.
-2. :func:`execute`: copies :mod:`specconsole.actions.deploy_agent` and the plan to the host
+2. :func:`execute`: copies the agent (:mod:`specconsole.actions.deploy_agent` and its sibling
+   :mod:`~specconsole.actions.deploy_agent_watch`) and the plan to the host
    and starts it detached; the agent locks, backs up, writes a drop-in atomically,
    daemon-reloads, restarts, waits for ``/health``, verifies ``/server_info``, smoke-tests and
    rolls back on failure. The console follows the agent's progress file and, if its SSH
@@ -47,7 +48,10 @@ from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, 
 from specconsole.sglang.rebase import BaseDrift, find_drift
 from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, quote_exec, show_word
 
-AGENT_SOURCE = Path(__file__).with_name("deploy_agent.py")
+#: The host agent's files, by the name each gets in the deploy's work folder (``agent.py``
+#: imports its sibling by that name).
+AGENT_FILES = {"agent.py": Path(__file__).with_name("deploy_agent.py"),
+               "deploy_agent_watch.py": Path(__file__).with_name("deploy_agent_watch.py")}
 SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
 #: the agent heartbeats every 0.5 s while it waits; this long without any event, the console
 #: checks whether its process is still there
@@ -446,7 +450,7 @@ async def execute(host: Host, plan: DeployPlan, steps: Steps, operator: str = ""
     """
     steps.begin("upload", f"copying the deploy agent and plan to {plan.workdir}")
     (await _run_reattaching(host, steps, ["mkdir", "-p", plan.workdir])).check(host.name)
-    for name, text in (("agent.py", AGENT_SOURCE.read_text()),
+    for name, text in (*((name, source.read_text()) for name, source in AGENT_FILES.items()),
                        ("plan.json", json.dumps(agent_plan(plan, operator), indent=2))):
         path = f"{plan.workdir}/{name}"
         # write a temp file and rename: a repeated upload never leaves a half-written file
