@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from specconsole.actions import deploy_agent
-from specconsole.actions.deploy_agent import CRASH_LINE, Agent, http_request, tail_text
+from specconsole.actions.deploy_agent import Agent, tail_text
+from specconsole.actions.deploy_agent_watch import CRASH_LINE, http_request
+from specconsole.actions.deploy_execute import AGENT_FILES
 
 
 @contextlib.contextmanager
@@ -143,3 +148,24 @@ def test_old_deploy_folders_are_pruned_keeping_the_last_five(tmp_path: Path) -> 
 ])
 def test_crash_lines_are_systemds_own(line: str, crash: bool) -> None:
     assert bool(CRASH_LINE.search(line)) is crash
+
+
+def test_the_uploaded_files_run_as_a_script_from_their_folder(tmp_path: Path) -> None:
+    """The host's view: ``agent.py`` and its sibling in one work folder, run as ``python agent.py``
+    (no specconsole on the path); here the lock is held by a live pid, so it stops at once."""
+    base = tmp_path / "sglang.service.d" / ".specconsole"
+    workdir = base / "20261204-010000-abc123"
+    workdir.mkdir(parents=True)
+    for name, source in AGENT_FILES.items():
+        (workdir / name).write_text(source.read_text())
+    lock = base / "deploy.lock"
+    lock.write_text(json.dumps({"pid": os.getpid(), "id": "20261204-000000-other", "since": time.time()}))
+    plan = {"id": workdir.name, "workdir": str(workdir), "lock_path": str(lock), "unit": "x"}
+    (workdir / "plan.json").write_text(json.dumps(plan))
+    res = subprocess.run([sys.executable, "-I", "agent.py", "plan.json", "progress.jsonl"], cwd=workdir,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1, res.stderr
+    events = [json.loads(ln) for ln in (workdir / "progress.jsonl").read_text().splitlines()]
+    assert events[-1]["outcome"] == "locked" and "another deploy holds the lock" in events[-1]["message"]
+    assert sorted(p.name for p in workdir.iterdir()) == sorted([*AGENT_FILES, "agent.run", "plan.json",
+                                                                "progress.jsonl"])

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.actions.deploy import DeployRefused, DeployRequest, _launch_command, execute, preflight
+from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
+from specconsole.actions.deploy_execute import _launch_command
 from specconsole.actions.privilege import alive_argv, sudoers_rule
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import HostConfig, load_config

@@ -5,27 +5,24 @@
    model's ``config.json``, checks SGLang's constraints and the GPU memory, and returns a
    :class:`DeployPlan` (current vs new flags, the drop-in diff, what restarts). Invalid input
    is refused here, before anything on the host changes, naming SGLang's constraint.
-2. :func:`execute`: copies :mod:`specconsole.actions.deploy_agent` and the plan to the host
-   and starts it detached; the agent locks, backs up, writes a drop-in atomically,
+2. :func:`execute` (:mod:`specconsole.actions.deploy_execute`): copies the agent
+   (:mod:`specconsole.actions.deploy_agent` and its sibling
+   :mod:`~specconsole.actions.deploy_agent_watch`) and the plan to the host and starts it
+   detached; the agent locks, backs up, writes a drop-in atomically,
    daemon-reloads, restarts, waits for ``/health``, verifies ``/server_info``, smoke-tests and
    rolls back on failure. The console follows the agent's progress file and, if its SSH
    connection drops, reconnects and picks up where it was: the host ends on the old config or
    on the new healthy one whether or not the operator is still connected.
+
+The request, plan and outcome types live in :mod:`specconsole.actions.deploy_plan`; this module
+is the one to import them (and :func:`execute`) from.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import difflib
 import json
 import re
-import secrets
 import shlex
-import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from specconsole.actions import privilege
@@ -37,143 +34,19 @@ from specconsole.actions.algorithms import (
     check_value,
     plan_settings,
 )
-from specconsole.actions.privilege import ALIVE_SH, Privilege, PrivilegeRefused, agent_python, alive_argv
-from specconsole.actions.steps import HEARTBEAT_S, Steps, shorten
+from specconsole.actions.deploy_execute import agent_plan, execute, first_line, follow
+from specconsole.actions.deploy_plan import BaseUnitChanged, DeployOutcome, DeployPlan, DeployRequest
+from specconsole.actions.privilege import Privilege, PrivilegeRefused, agent_python, alive_argv
+from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig
-from specconsole.errors import HostUnavailable, SpecConsoleError
-from specconsole.hosts import CommandResult, Host
-from specconsole.hosts.commands import Command
+from specconsole.errors import SpecConsoleError
+from specconsole.hosts import Host
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
-from specconsole.sglang.rebase import BaseDrift, find_drift
-from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, quote_exec, show_word
+from specconsole.sglang.rebase import find_drift
+from specconsole.sglang.unit import SPECIFIER, dropin_text, parse_unit, show_word
 
-AGENT_SOURCE = Path(__file__).with_name("deploy_agent.py")
-SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
-#: the agent heartbeats every 0.5 s while it waits; this long without any event, the console
-#: checks whether its process is still there
-AGENT_SILENT_S = 20.0
-
-
-class BaseUnitChanged(DeployRefused):
-    """The base unit changed under the deploy drop-in; ``drift`` says how. Rebase to go on
-    (``DeployRequest(rebase=True)``, ``specconsole deploy --rebase``)."""
-
-    def __init__(self, drift: BaseDrift) -> None:
-        super().__init__(drift.line())
-        self.drift = drift
-
-
-@dataclass(frozen=True)
-class DeployRequest:
-    """What the operator asked for; ``None`` keeps the current value. Values are raw input."""
-
-    algorithm: str | None = None
-    draft_window: str | int | None = None
-    block_size: str | int | None = None
-    draft_model: str | None = None
-    #: DDTREE's tree budget (``--speculative-ddtree-budget``; default: block size - 1)
-    tree_budget: str | int | None = None
-    #: SGLang's ``--attention-backend`` (DDTREE's full-tree mode needs triton; default: keep)
-    attention_backend: str | None = None
-    health_timeout_s: float = 600.0
-    smoke_tokens: int = 64
-    #: Build the new ExecStart from the current base unit (without the deploy drop-in) instead
-    #: of the drop-in's; needed when the base unit changed since the drop-in was written.
-    rebase: bool = False
-
-
-@dataclass
-class DeployPlan:
-    host: str
-    unit: ServiceUnit
-    cli: SglangCli
-    version: str | None
-    old_argv: list[str]
-    new_argv: list[str]
-    current: dict[str, str | None]
-    new: dict[str, str | None]
-    flag_names: dict[str, str]
-    old_dropin: str | None
-    new_dropin: str
-    expect: dict[str, Any]
-    base_url: str
-    draft_config: dict[str, Any] | None
-    warnings: list[str] = field(default_factory=list)
-    gpu_lines: list[str] = field(default_factory=list)
-    #: what SGLang will do with these settings (DDTREE's mode, overlap scheduling)
-    notes: list[str] = field(default_factory=list)
-    health_timeout_s: float = 600.0
-    smoke_tokens: int = 64
-    #: Set when this plan rebases: how the base unit had drifted from the old drop-in.
-    rebased: BaseDrift | None = None
-    #: root login, or ``sudo = true``: the agent starts under ``sudo -n`` (actions/privilege.py)
-    privilege: Privilege = field(default_factory=Privilege)
-    id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
-
-    @property
-    def changes(self) -> bool:
-        return self.old_argv != self.new_argv
-
-    @property
-    def lock_path(self) -> str:
-        return f"{self.unit.dropin_dir}/.specconsole/deploy.lock"
-
-    @property
-    def workdir(self) -> str:
-        parent = self.privilege.work_parent(self.unit.name) or f"{self.unit.dropin_dir}/.specconsole"
-        return f"{parent}/{self.id}"
-
-    def diff(self) -> list[str]:
-        old = (self.old_dropin or "").splitlines(keepends=True)
-        new = self.new_dropin.splitlines(keepends=True)
-        path = self.unit.deploy_dropin
-        return [ln.rstrip("\n") for ln in difflib.unified_diff(
-            old, new, fromfile=path if self.old_dropin is not None else "/dev/null", tofile=path)]
-
-    def summary(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.new.items() if v is not None and self.current.get(k) != v]
-        return ", ".join(parts) or "no flag changes"
-
-    def describe(self) -> list[str]:
-        """Current vs new flags, the unit diff, what restarts and the expected downtime."""
-        lines = [f"deploy plan for {self.unit.name} on {self.host} (SGLang {self.version or 'version unknown'})",
-                 f"  {'setting':17} {'flag':38} {'current':>12} -> new"]
-        for concept, flag in self.flag_names.items():
-            cur, new = self.current.get(concept), self.new.get(concept)
-            if cur is None and new is None:
-                continue
-            mark = "" if cur == new else "   *"
-            lines.append(f"  {concept:17} {flag:38} {_show(cur):>12} -> {_show(new)}{mark}")
-        lines.append(f"  unit: {self.unit.main_path}; effective ExecStart from {self.unit.exec_start_file}")
-        if self.rebased is not None:
-            lines.append(f"  rebase: ExecStart rebuilt from {self.rebased.base_file} "
-                         f"({self.rebased.summary()}); the base unit's values win")
-        lines.append(f"  change: drop-in {self.unit.deploy_dropin}")
-        if self.privilege.sudo:
-            lines.append(f"  as: {self.privilege.user} through `sudo -n {self.privilege.python}` (the agent runs as "
-                         f"root); its files in {self.workdir}")
-        lines += ["    " + ln for ln in self.diff()] or ["    (no change)"]
-        lines.append(f"  restarts: {self.unit.name} (every request in flight is dropped); expected downtime: "
-                     f"the server's start-up time, health timeout {self.health_timeout_s:g}s, then rollback")
-        lines += [f"  {g}" for g in self.gpu_lines]
-        lines += [f"  note: {n}" for n in self.notes]
-        lines += [f"  warning: {w}" for w in self.warnings]
-        return lines
-
-
-@dataclass
-class DeployOutcome:
-    outcome: str   # deployed | rolled_back | rollback_failed | locked | unchanged | crashed | dry_run
-    message: str
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome in ("deployed", "dry_run")
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else (2 if self.outcome == "locked" else 1)
+__all__ = ["BaseUnitChanged", "DeployOutcome", "DeployPlan", "DeployRefused", "DeployRequest", "agent_plan",
+           "execute", "follow", "preflight"]
 
 
 # ----------------------------------------------------------------------------------- input
@@ -332,14 +205,6 @@ def _typed(value: str | None) -> Any:
     return int(value) if value is not None and value.isdigit() else value
 
 
-def _show(value: str | None) -> str:
-    if value is None:
-        return "-"
-    if value == "":
-        return "on"
-    value = show_word(value)
-    return value if len(value) <= 28 else "…" + value[-27:]
-
 
 async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | None:
     """The running server's version from /server_info (None when it does not answer)."""
@@ -355,7 +220,7 @@ async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | No
         async with SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key) as client:
             info = await client.server_info()
     except Exception as err:
-        steps.warn(f"SGLang version unknown: /server_info did not answer ({_one_line(err)})")
+        steps.warn(f"SGLang version unknown: /server_info did not answer ({first_line(err)})")
         return None
     steps.info(f"running server: SGLang {info.version}, {info.algorithm or 'no speculation'}")
     return info.version
@@ -391,194 +256,3 @@ async def _lock_holder(host: Host, plan: DeployPlan, steps: Steps) -> str | None
         return f"deploy {holder.get('id')} (pid {pid})"
     steps.warn(f"stale deploy lock {plan.lock_path} (pid {pid} is gone); the agent will replace it")
     return None
-
-
-def _one_line(err: BaseException) -> str:
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
-
-
-# --------------------------------------------------------------------------------- execute
-
-def agent_plan(plan: DeployPlan, operator: str = "") -> dict[str, Any]:
-    base = plan.base_url.rstrip("/")
-    return {
-        "id": plan.id, "unit": plan.unit.name, "dropin_path": plan.unit.deploy_dropin,
-        "dropin_text": plan.new_dropin, "workdir": plan.workdir, "lock_path": plan.lock_path,
-        "health_url": f"{base}/health", "server_info_url": f"{base}/server_info",
-        "generate_url": f"{base}/generate", "expect": plan.expect, "health_timeout_s": plan.health_timeout_s,
-        # the old config is known to start: give its restart at least 10 minutes
-        "rollback_health_timeout_s": max(600.0, plan.health_timeout_s),
-        "smoke": {"text": SMOKE_PROMPT, "max_new_tokens": plan.smoke_tokens}, "summary": plan.summary(),
-        "operator": operator, "exec_start": quote_exec(plan.new_argv),
-    }
-
-
-def _agent_python(plan: DeployPlan) -> str:
-    """The agent's start words: its python, under ``sudo -n`` on a sudo host."""
-    return shlex.join(plan.privilege.agent_argv(agent_python(plan.old_argv)))
-
-
-def _launch_command(plan: DeployPlan) -> str:
-    """Start the agent unless this deploy's agent already runs or ran (safe to repeat after a
-    dropped connection: the progress file and ``agent.pid`` say which). Only the agent goes to
-    the background, with every fd redirected, so it outlives the SSH session; the command
-    returns once the agent wrote its first event (at most 10 s), or says it exited at once.
-    The agent itself also refuses to run twice for one deploy (flock)."""
-    py = _agent_python(plan)
-    return (f"{ALIVE_SH}cd {shlex.quote(plan.workdir)} && "
-            f"if [ -s agent.pid ] && alive \"$(cat agent.pid)\"; then "
-            f"echo \"agent already running as pid $(cat agent.pid)\"; "
-            f"elif [ -s progress.jsonl ]; then echo 'agent already ran'; "
-            f"else {{ setsid nohup {py} agent.py plan.json progress.jsonl > agent.out 2>&1 < /dev/null & "
-            f"echo $! > agent.pid; i=0; while [ ! -s progress.jsonl ] && [ $i -lt 100 ] && alive $!; "
-            f"do sleep 0.1; i=$((i+1)); done; "
-            f"if [ -s progress.jsonl ]; then echo \"agent started as pid $(cat agent.pid)\"; "
-            f"elif alive $!; then echo \"agent starting as pid $(cat agent.pid)\"; "
-            f"else echo \"agent pid $(cat agent.pid) has not written an event yet (see agent.out)\"; fi; }}; fi")
-
-
-async def execute(host: Host, plan: DeployPlan, steps: Steps, operator: str = "") -> DeployOutcome:
-    """Start the host agent and follow it to its final event.
-
-    Every step survives a dropped connection: the upload and the agent's start are repeated
-    after reconnecting (both are idempotent; the start finds a running agent by the deploy's
-    ``agent.pid`` and progress file), and following re-attaches to the progress file.
-    """
-    steps.begin("upload", f"copying the deploy agent and plan to {plan.workdir}")
-    (await _run_reattaching(host, steps, ["mkdir", "-p", plan.workdir])).check(host.name)
-    for name, text in (("agent.py", AGENT_SOURCE.read_text()),
-                       ("plan.json", json.dumps(agent_plan(plan, operator), indent=2))):
-        path = f"{plan.workdir}/{name}"
-        # write a temp file and rename: a repeated upload never leaves a half-written file
-        res = await _run_reattaching(host, steps, ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh", path],
-                                     input=text)
-        res.check(host.name)
-    progress = f"{plan.workdir}/progress.jsonl"
-    steps.begin("start the agent", "starting the supervised restart-verify-rollback step on the host")
-    res = (await _run_reattaching(host, steps, _launch_command(plan))).check(host.name)
-    steps.info(f"{res.stdout.strip() or 'agent started'} on {host.name}; following {progress}")
-    return await follow(host, plan, progress, steps)
-
-
-async def _run_reattaching(host: Host, steps: Steps, cmd: Command, input: str | None = None) -> CommandResult:
-    """Run an idempotent command; if the connection drops before it reports its exit status,
-    say so, reconnect and run it again."""
-    while True:
-        try:
-            res = await steps.run(host, cmd, input=input)
-        except HostUnavailable as err:
-            why = _one_line(err)
-        else:
-            if res.exit_status is not None:
-                return res
-            why = "the connection dropped before the command reported its exit status"
-        await _reconnect(host, steps, why, "repeating the step (it is safe to repeat)")
-
-
-async def _reconnect(host: Host, steps: Steps, why: str, then: str) -> None:
-    steps.warn(f"lost the connection to {host.name} ({why}); the deploy continues on the host; "
-               f"reconnecting to follow it")
-    await asyncio.sleep(0.2)   # let the host notice a half-closed connection
-    started = time.monotonic()
-    while not await host.wait_connected(HEARTBEAT_S):
-        steps.emit("heartbeat", f"waiting to reconnect to {host.name} for "
-                   f"{time.monotonic() - started:.0f}s; last seen: {host.status.last_error}")
-    steps.info(f"reconnected to {host.name}; re-attaching to the deploy: {then}")
-
-
-async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> DeployOutcome:
-    """Relay the agent's events as steps until its final event; survive dropped connections.
-
-    While the agent is silent for more than a heartbeat interval, a heartbeat says so (with
-    the last event seen); if it stays silent and its process is gone, the deploy is reported
-    as crashed with the agent's own output.
-    """
-    seen = 0
-    events: list[dict[str, Any]] = []
-    last = time.monotonic()
-    last_msg = "no event yet"
-    while True:
-        try:
-            async with host.stream(["tail", "-n", "+1", "-F", progress]) as stream:
-                lines: asyncio.Queue[str | None] = asyncio.Queue()
-                reader = asyncio.create_task(_pump(stream.lines(), lines))
-                try:
-                    while True:
-                        try:
-                            line = await asyncio.wait_for(lines.get(), HEARTBEAT_S)
-                        except TimeoutError:
-                            quiet = time.monotonic() - last
-                            steps.emit("heartbeat", f"waiting for the deploy agent on {host.name}: no event for "
-                                       f"{quiet:.1f}s; last: {shorten(last_msg)}")
-                            if quiet > AGENT_SILENT_S:
-                                crashed = await _agent_gone(host, plan)
-                                if crashed is not None:
-                                    steps.failed(crashed)
-                                    return DeployOutcome("crashed", crashed, events)
-                                last = time.monotonic()
-                            continue
-                        if line is None:
-                            break
-                        try:
-                            ev = json.loads(line)
-                        except ValueError:
-                            continue
-                        if ev.get("seq", 0) <= seen:
-                            continue
-                        seen = ev["seq"]
-                        last, last_msg = time.monotonic(), str(ev.get("message", ""))
-                        events.append(ev)
-                        _relay(steps, ev, host.name)
-                        if ev.get("kind") == "final":
-                            return DeployOutcome(ev.get("outcome", "crashed"), ev.get("message", ""), events)
-                finally:
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await reader
-                if reader.done() and not reader.cancelled() and reader.exception() is not None:
-                    raise reader.exception()  # type: ignore[misc]
-            raise HostUnavailable(f"{host.name}: the progress stream ended")
-        except HostUnavailable as err:
-            await _reconnect(host, steps, _one_line(err), f"following its progress after event {seen}")
-            last = time.monotonic()
-
-
-async def _pump(lines: AsyncIterator[str], out: asyncio.Queue[str | None]) -> None:
-    """Move a stream's lines into a queue (None at its end), so waiting on it can time out."""
-    try:
-        async for line in lines:
-            out.put_nowait(line)
-    finally:
-        out.put_nowait(None)
-
-
-async def _agent_gone(host: Host, plan: DeployPlan) -> str | None:
-    """None while the agent runs (or the host cannot say); else why it is gone."""
-    pid_file = shlex.quote(f"{plan.workdir}/agent.pid")
-    try:
-        res = await host.run(f"{ALIVE_SH}alive \"$(cat {pid_file} 2>/dev/null)\" && echo running || "
-                             f"tail -c 600 {shlex.quote(plan.workdir + '/agent.out')}", timeout=10)
-    except (HostUnavailable, TimeoutError):
-        return None
-    if res.exit_status is None or res.stdout.startswith("running"):
-        return None
-    out = res.stdout.strip().splitlines()
-    return (f"the deploy agent on {host.name} stopped without a final event"
-            + (f": {out[-1]}" if out else "") + f"; check {plan.workdir}/agent.out and the unit's state")
-
-
-def _relay(steps: Steps, ev: dict[str, Any], host: str) -> None:
-    kind = ev.get("kind", "info")
-    message = ev.get("message", "")
-    if kind == "step":
-        steps.begin(ev.get("step") or message, message)
-        return
-    if ev.get("step"):
-        steps.step = ev["step"]
-    if kind == "final":
-        outcome = ev.get("outcome")
-        (steps.done if outcome == "deployed" else steps.failed)(message)
-        return
-    steps.emit(kind if kind in ("command", "result", "heartbeat", "info", "warning", "error") else "info",
-               message, command=ev.get("command"), exit_status=ev.get("exit_status"), took_s=ev.get("took_s"),
-               host=host)

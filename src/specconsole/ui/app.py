@@ -14,7 +14,9 @@ Structure:
   (:mod:`specconsole.ui.registry`), remapped by ``[keys]``, gated by read-only mode.
 - themes are loaded from TOML files (:mod:`specconsole.ui.themes`); ``t`` cycles them,
   and the choice is remembered in ``console.state_dir``.
-- destructive actions go through :meth:`ConsoleApp.run_action_flow` (one hook).
+- destructive actions go through :meth:`ConsoleApp.run_action_flow` (one hook); it, the action
+  view and the eval run are in :mod:`specconsole.ui.app_actions`.
+- leaving (``q``, signals, the terminal going away) is in :mod:`specconsole.ui.app_leaving`.
 """
 
 from __future__ import annotations
@@ -23,9 +25,7 @@ import asyncio
 import contextlib
 import io
 import os
-import signal
 import sys
-import termios
 import threading
 import time
 from collections import deque
@@ -37,7 +37,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
 from textual.css.query import NoMatches
-from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import BUILTIN_THEMES
 from textual.timer import Timer
@@ -45,15 +44,15 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from specconsole import paths
-from specconsole.actions.steps import Emit, StepEvent
 from specconsole.config import Config, HostConfig
-from specconsole.eval.store import EvalRun
 from specconsole.events import Event, EventLog
 from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
-from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
+from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children
 from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.eval_pane import EvalPane, OnResult
+from specconsole.ui.app_actions import ActionsMixin
+from specconsole.ui.app_leaving import LeavingMixin
+from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
@@ -68,17 +67,12 @@ from specconsole.ui.panes import (
     View,
 )
 from specconsole.ui.provider import StatusProvider
-from specconsole.ui.quit_key import typing_text, with_quit_deadline
 from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, keymap, plan_keys, registry_bindings
-from specconsole.ui.screens import ConfirmScreen, HelpScreen
+from specconsole.ui.screens import HelpScreen
 from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
 
 #: How soon after a connection change (or a host's first data) the panes are redrawn.
 COALESCE_S = 0.05
-
-#: What a forced exit writes to a live terminal: what Textual's application mode turned on, off.
-RESTORE_TERMINAL = (b"\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[?7h\x1b[<u"
-                    b"\x1b[?1049l\x1b[?25h\x1b[?1004l")
 
 W = TypeVar("W", bound=Widget)
 
@@ -87,7 +81,7 @@ def _dom_id(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-class ConsoleApp(App[int]):
+class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
     """The console. ``fleet`` defaults to a real :class:`Fleet` for ``config``."""
 
     CSS_PATH = "console.tcss"
@@ -240,89 +234,6 @@ class ConsoleApp(App[int]):
     async def on_unmount(self) -> None:
         stopping = self._stopping or asyncio.ensure_future(self._stop_fleet())
         await asyncio.wait([stopping], timeout=STOP_TIMEOUT_S + 0.5)  # the fleet's stop is bounded too
-
-    # -- leaving: q, signals, the terminal going away ------------------------------------
-    def action_quit(self) -> None:  # type: ignore[override]
-        self._leave(0, None)
-
-    def get_driver_class(self) -> type[Driver]:
-        base = super().get_driver_class()
-        return with_quit_deadline(base) if self.handle_signals else base
-
-    def quit_key_pressed(self, key: str) -> None:
-        """From the input thread, before the loop sees the key: q arms the exit deadline at once."""
-        if self.exit_guard is not None and key == self.key_plan.key_of("quit") and not typing_text(self):
-            self.exit_guard.arm(0, "quit")
-
-    def _signal_received(self, sig: int) -> None:
-        """From the signal handler (any moment, main thread): hand the exit to the loop."""
-        self.exit_signal = sig
-        if sig == signal.SIGHUP and self.exit_guard is not None:
-            # the terminal is gone: nothing to restore, and the loop may already be stuck writing
-            # to it. The kernel closes our connections as we exit (the hosts' watchdogs end the
-            # streams); our local children are killed first.
-            self.exit_guard.force_exit(f"{signal_name(sig)} received: the terminal is gone; closing every "
-                                       "connection and leaving", restore=False)
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is already closed
-                self._loop.call_soon_threadsafe(
-                    self._leave, 128 + sig, f"{signal_name(sig)} received; stopping the monitors and leaving")
-
-    def _leave(self, code: int, message: str | None) -> None:
-        """Stop the monitors and the app together; the guard's deadline bounds the whole exit."""
-        if self._stopping is not None:
-            return
-        if self.exit_guard is not None:
-            self.exit_guard.arm(code, message or "quit")
-        if message:
-            self.events.emit(message, level="warning")
-        if self._refresh_timer is not None:  # no more redraws: the loop now serves the exit
-            self._refresh_timer.stop()
-        self._stopping = asyncio.ensure_future(self._stop_fleet())
-        if self.leave_process:
-            self._leaving = asyncio.ensure_future(self._leave_process(code))
-        else:
-            self.exit(code)
-
-    async def _leave_process(self, code: int) -> None:
-        """The ``specconsole`` command's way out: the monitors stopped (bounded), the terminal
-        restored as Textual's own exit does, our children gone, then the process ends at once,
-        without tearing down every widget and object one by one (seconds at many hosts)."""
-        assert self._stopping is not None
-        await asyncio.wait([self._stopping], timeout=STOP_TIMEOUT_S + 0.3)
-        driver = self._driver
-        if driver is not None and self.exit_signal != signal.SIGHUP:  # after SIGHUP no terminal is left
-            with contextlib.suppress(Exception):
-                driver.stop_application_mode()  # input thread stopped, modes and screen restored
-                driver.close()  # the output thread has written everything
-        kill_children(self.exit_guard.spare if self.exit_guard else frozenset())
-        for stream in (sys.__stdout__, sys.__stderr__):
-            with contextlib.suppress(Exception):
-                stream.flush()  # type: ignore[union-attr]
-        os._exit(code)
-
-    async def _stop_fleet(self) -> None:
-        try:
-            await self.fleet.stop()
-        except Exception as err:  # leaving must not fail
-            self.events.record(f"stopping the monitors failed: {err!r}", level="error")
-
-    def _restore_terminal(self) -> None:
-        """Best effort before a forced exit: the terminal's modes as they were (never blocks long)."""
-        driver = self._driver
-        attrs, fd = getattr(driver, "attrs_before", None), getattr(driver, "fileno", None)
-        if attrs is None or not isinstance(fd, int):
-            return
-        with contextlib.suppress(termios.error, OSError):
-            termios.tcsetattr(fd, termios.TCSANOW, attrs)
-
-        def write() -> None:
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                os.write(sys.__stderr__.fileno(), RESTORE_TERMINAL)  # type: ignore[union-attr]
-
-        writer = threading.Thread(target=write, daemon=True)
-        writer.start()
-        writer.join(0.2)
 
     # -- change notifications (may come from any thread) ----------------------------------
     def _fleet_changed(self, host: str, kind: str) -> None:
@@ -502,141 +413,6 @@ class ConsoleApp(App[int]):
         if view is not None:
             view.open_filter()
 
-    def action_eval_run(self) -> None:
-        self.query_one(EvalPane).action_start_run()
-
-    def on_eval_pane_run_requested(self, message: EvalPane.RunRequested) -> None:
-        """``e`` (or the palette) in the eval pane: measure the configured serving host."""
-        message.pane.start(self._start_eval)
-
-    async def _start_eval(self, emit: Emit, on_result: OnResult) -> EvalRun:
-        """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
-        from specconsole.actions.steps import audit
-        from specconsole.eval.start import start_eval
-        from specconsole.ui.flows import serving_state
-
-        serve = self.config.serve_hosts[0].name if self.config.serve_hosts else ""
-        monitor = getattr(self.fleet, "monitors", {}).get(serve)  # its connection carries the tunnel
-        panel = self.open_action("eval", "Eval run", serve, scroll_to="eval",
-                                 state=(lambda: serving_state(self, serve)) if serve else None)
-
-        def both(event: StepEvent) -> None:
-            emit(event)
-            self.action_emit(event)
-
-        try:
-            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result,
-                                    connection=monitor.host if monitor is not None else None)
-        except Exception as err:
-            if panel.track is not None and panel.track.action == "eval" and not panel.track.finished:
-                self.action_emit(StepEvent("eval", "failed", str(err).splitlines()[0] if str(err) else repr(err)))
-            raise
-
-    # -- the action view ---------------------------------------------------------------
-    @property
-    def action_panel(self) -> ActionPanel:
-        """The action view (on the console's own screen, also while a dialog is open)."""
-        panel = self._one(ActionPanel)
-        if panel is None:
-            raise NoMatches("the console's screen has no action view yet")
-        return panel
-
-    def open_action(self, action: str, title: str, host: str, *, state: Callable[[], str] | None = None,
-                    scroll_to: str | None = None) -> ActionPanel:
-        """Show the action view for a new action (a toast says it started); feed it with :meth:`action_emit`.
-
-        ``action`` is the name its step events carry; ``state`` gives the view's last line (the
-        host's state); ``scroll_to``: the pane that matters for it (``serving``, ``training``,
-        ``eval``) is scrolled into view. While another action's view is still running, that one stays
-        and this action reports in Events and toasts only."""
-        panel = self.action_panel
-        if panel.busy and panel.track is not None and panel.track.action != action:
-            self.notify(f"started; its steps are in Events (the action view follows {panel.track.title})",
-                        title=title, timeout=6)
-            return panel
-        panel.start(action, title, host, self.clock(), state)
-        self.notify("started; its steps are in the action view below", title=title, timeout=4)
-        if scroll_to:
-            target = self._one(Widget, f".{scroll_to}-pane")
-            if target is not None:
-                self.call_after_refresh(target.scroll_visible, animate=False)
-        return panel
-
-    def action_emit(self, event: StepEvent) -> None:
-        """A step event of a running action: into the action view (when it is the one shown); a toast
-        when it ends."""
-        panel = self._one(ActionPanel)
-        if panel is None:
-            return
-        shown = panel.feed(event)
-        title = panel.track.title if shown and panel.track is not None else event.action
-        if event.kind == "done":
-            self.notify(event.message, title=f"{title}: done", timeout=8)
-        elif event.kind == "failed":
-            self.notify(event.message, title=f"{title}: FAILED", severity="error", timeout=15)
-
-    def action_close_action_view(self) -> None:
-        panel = self._one(ActionPanel)
-        if panel is None or not panel.display:
-            self.fleet_nav.back()  # from a host's panes back to the fleet view
-            return
-        if not panel.close():
-            self.notify("the action is still running; its view closes when it ends", severity="warning",
-                        timeout=4)
-            return
-        screen = self.main_screen
-        if screen is not None:  # the rows it covered are the body's again: repaint them all
-            screen.refresh(layout=True)
-            self.call_after_refresh(screen.refresh, repaint=True)
-
-    def action_kill_training(self) -> None:
-        self._start_flow("kill_training")
-
-    def action_deploy(self) -> None:
-        self._start_flow("deploy")
-
-    def action_deploy_checkpoint(self) -> None:
-        self._start_flow("deploy_checkpoint")
-
-    def _start_flow(self, action_id: str) -> None:
-        if action_id in self.key_plan.removed_ids:
-            return  # read-only; the binding does not exist, this guards the palette and run_action
-        if self._action_running:
-            self.notify(f"{BY_ID[self._action_running].description} is still running", severity="warning")
-            return
-        self._action_running = action_id
-
-        async def flow() -> None:
-            try:
-                await self.run_action_flow(action_id)
-            except Exception as err:
-                self.events.emit(f"{BY_ID[action_id].description.lower()}: failed: {err!r}", level="error")
-                panel = self._one(ActionPanel)
-                action = {"kill_training": "kill-training", "deploy_checkpoint": "deploy"}.get(action_id, action_id)
-                if panel is not None and panel.track is not None and panel.track.action == action \
-                        and not panel.track.finished:
-                    self.action_emit(StepEvent(action, "failed", f"failed: {err!r}"))
-            finally:
-                self._action_running = None
-
-        self.run_worker(flow(), name=action_id, group="actions", exit_on_error=False)
-
-    async def confirm(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> bool:
-        """Ask in a modal dialog whose default button is Cancel (call from a worker, e.g. a flow)."""
-        answer: bool = await self.push_screen_wait(ConfirmScreen(title, body, confirm_label, destructive=destructive))
-        return answer
-
-    async def run_action_flow(self, action_id: str) -> None:
-        """THE hook for destructive actions (``kill_training``, ``deploy``); runs in a worker.
-
-        It owns the whole flow (:mod:`specconsole.ui.flows`): confirm (``await self.confirm(...)``,
-        Cancel focused), then act, emitting each step to ``self.events`` (events pane + audit log).
-        """
-        from specconsole.ui.flows import deploy_checkpoint_flow, deploy_flow, kill_training_flow
-
-        flows = {"kill_training": kill_training_flow, "deploy": deploy_flow,
-                 "deploy_checkpoint": deploy_checkpoint_flow}
-        await flows[action_id](self)
 
 
 def run_console(config: Config, *, read_only: bool, theme: str | None,
