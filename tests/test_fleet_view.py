@@ -250,8 +250,9 @@ def test_fleet_view_in_tmux(lab_hosts: Any, tmp_path: Path) -> None:
     120x40 (the usual panes, f to the fleet view and back, q)."""
     import shutil
 
+    from conftest import wait_for as wait
     from specconsole.lab.fleet import write_fleet_config, write_training_log
-    from test_signals import EXE, Tmux, alive, wait
+    from test_signals import EXE, Tmux, alive
 
     if not shutil.which("tmux"):
         pytest.fail("tmux is required: apt-get install -y tmux (scripts/setup.sh does this)")
