@@ -10,13 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from conftest import wait_for
 from specconsole.config import load_config, parse_config
 from specconsole.errors import ConfigError
 from specconsole.lab import prom_fleet
@@ -159,15 +160,6 @@ def prom_lab(tmp_path: Path) -> Iterator[tuple[prom_fleet.PromLab, str]]:
             sim.wait(5)
 
 
-async def wait_for(check: Callable[[], bool], what: str, timeout: float = 45.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-
-
 @pytest.mark.lab
 async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
         prom_lab: tuple[prom_fleet.PromLab, str], tmp_path: Path) -> None:
@@ -187,7 +179,7 @@ async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
             return all(g is not None and g.value.ok and g.value.gpus[0].uuid is not None
                        and g.value.gpus[0].memory_used_mib is not None for g in gpus) and \
                 serve is not None and serve.value.state is ServerState.HEALTHY
-        await wait_for(ready, "GPU samples of every host and serve-0 healthy")
+        await wait_for(ready, 45, what="GPU samples of every host and serve-0 healthy")
         statuses = {s.name: s for s in fleet.statuses()}
         assert len(statuses) == HOSTS + 1
         for h, name in enumerate(lab.host_names):
@@ -213,8 +205,8 @@ async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
         assert statuses["serve-0"].gpu is None  # gpu.source = "none"
 
         # the plots' history came from query_range: the scrapes from before the console started
-        await wait_for(lambda: fleet.prometheus is not None and fleet.prometheus.backfilled,
-                       "the query_range history")
+        await wait_for(lambda: fleet.prometheus is not None and fleet.prometheus.backfilled, 45,
+                       what="the query_range history")
         seeded = fleet.prometheus.take_history()
         history = History()
         history.seed(seeded)
@@ -250,7 +242,7 @@ async def test_prometheus_down_marks_fed_hosts_stale_with_the_reason_then_recove
             return all(s.gpu is not None and s.gpu.value.ok and not s.gpu.is_stale()
                        for s in st if s.name != "serve-0") and \
                 st[-1].sglang is not None and st[-1].sglang.value.state is ServerState.HEALTHY
-        await wait_for(all_fresh, "fresh samples of every host")
+        await wait_for(all_fresh, 45, what="fresh samples of every host")
 
         await asyncio.to_thread(lab.stop_prometheus)
 
@@ -260,7 +252,7 @@ async def test_prometheus_down_marks_fed_hosts_stale_with_the_reason_then_recove
                        for s in st if s.name != "serve-0") and \
                 st[-1].sglang is not None and st[-1].sglang.is_stale() and \
                 st[-1].sglang.value.state is ServerState.ERROR
-        await wait_for(stale_with_reason, "every fed host stale with an error")
+        await wait_for(stale_with_reason, 45, what="every fed host stale with an error")
         for s in fleet.statuses():
             sample = s.gpu if s.name != "serve-0" else s.sglang
             assert sample is not None
@@ -269,7 +261,7 @@ async def test_prometheus_down_marks_fed_hosts_stale_with_the_reason_then_recove
         assert any(m.startswith(f"Prometheus at {lab.url} is unreachable") for m in messages)
 
         await asyncio.to_thread(lab.start_prometheus)
-        await wait_for(all_fresh, "recovery after Prometheus is back")
+        await wait_for(all_fresh, 45, what="recovery after Prometheus is back")
         assert gpu_states() == {GpuState.OK}
         assert f"Prometheus at {lab.url} answers again" in messages
     finally:

@@ -9,15 +9,13 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
-from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
+from conftest import wait_for
 from specconsole.config import Config, load_config
 from specconsole.lab.environment import Lab
 from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
@@ -52,22 +50,12 @@ def checkpoints(root: Path) -> Path:
     return root
 
 
-async def wait_for(pilot: Pilot[Any], check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await pilot.pause(0.25)
-    app: ConsoleApp = pilot.app  # type: ignore[assignment]
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; screen:\n{app.screen_text()}")
-
-
 async def test_D_opens_the_wizard_with_the_selected_checkpoint(lab: Lab, tmp_path: Path) -> None:
     root = checkpoints(tmp_path / "ckpt")
     app = ConsoleApp(config_with_checkpoints(lab, tmp_path, root), themes=load_themes([BUNDLED_DIR]))
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.query_one(CheckpointTable)
-        await wait_for(pilot, lambda: len(table._keys) == 2, "the checkpoint table")
+        await wait_for(lambda: len(table._keys) == 2, 60, what="the checkpoint table", pilot=pilot)
         rows = [[c.plain for c in table.table.get_row(k)] for k in table.table.rows]
         assert [r[0] for r in rows] == ["200", "100"]  # newest first
         assert rows[0][3] == "latest no config.json" and rows[1][3] == ""
@@ -76,29 +64,29 @@ async def test_D_opens_the_wizard_with_the_selected_checkpoint(lab: Lab, tmp_pat
 
         # D on the newest: the wizard, prefilled with its path; Plan is refused naming config.json
         await pilot.press("D")
-        await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form")
+        await wait_for(lambda: isinstance(app.screen, DeployForm), 60, what="the deploy form", pilot=pilot)
         form = app.screen
         draft = form.query_one("#deploy-draft_model", Input)
         assert draft.value == str(root / "dflash-run-step200")
         form.query_one("#plan", Button).press()
         error = form.query_one("#error-draft_model", Static)
-        await wait_for(pilot, lambda: "config.json" in str(error.render()), "the refusal beside the draft model",
-                       timeout=120)
+        await wait_for(lambda: "config.json" in str(error.render()), 120,
+                       what="the refusal beside the draft model", pilot=pilot)
         assert f"{root / 'dflash-run-step200'}/config.json" in str(error.render())
         assert isinstance(app.screen, DeployForm)  # the form stays open; nothing changed
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, DeployForm), "the form to close")
-        await wait_for(pilot, lambda: app._action_running is None, "the flow to end")
+        await wait_for(lambda: not isinstance(app.screen, DeployForm), 60, what="the form to close", pilot=pilot)
+        await wait_for(lambda: app._action_running is None, 60, what="the flow to end", pilot=pilot)
 
         # move the cursor to step 100 (an HF folder) and press D again
         table.table.focus()
         await pilot.press("down")
         assert table.selected is not None and table.selected.step == 100
         await pilot.press("D")
-        await wait_for(pilot, lambda: isinstance(app.screen, DeployForm), "the deploy form again")
+        await wait_for(lambda: isinstance(app.screen, DeployForm), 60, what="the deploy form again", pilot=pilot)
         assert app.screen.query_one("#deploy-draft_model", Input).value == str(root / "dflash-run-step100")
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app._action_running is None, "the flow to end")
+        await wait_for(lambda: app._action_running is None, 60, what="the flow to end", pilot=pilot)
         events = app.query_one(EventsPane).lines
         assert any(f"draft model: checkpoint dflash-run-step200 (step 200) from train: {root}" in ln for ln in events)
         assert any("it has no config.json" in ln for ln in events)

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole.lab.environment import Lab
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.panes import EventsPane, TrainingPane
-from test_ui_live import host_pane, lab_config, make_app, wait_for
+from test_ui_live import host_pane, lab_config, make_app
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -29,18 +30,19 @@ async def test_stopped_sshd_turns_pane_stale_then_it_recovers(lab_hosts: Lab, tm
     app = make_app(lab_config(lab, tmp_path))
     async with app.run_test(size=(160, 48)) as pilot:
         train, serve = host_pane(app, "train"), host_pane(app, "serve")
-        await wait_for(pilot, lambda: len(train.row_keys) == 8 and len(serve.row_keys) == 2
-                       and not train.has_class("-stale") and not serve.has_class("-stale"), "both hosts live")
+        await wait_for(lambda: len(train.row_keys) == 8 and len(serve.row_keys) == 2
+                       and not train.has_class("-stale") and not serve.has_class("-stale"), 60,
+                       what="both hosts live", pilot=pilot)
         assert "● connected" in badge(app, "train")
         rows_before = list(train.table.rows)
 
         lab.stop_sshd("train")
         t0 = time.monotonic()
-        await wait_for(pilot, lambda: train.has_class("-stale")
-                       and ("reconnecting" in badge(app, "train") or "down since" in badge(app, "train")),
-                       "the train pane to turn stale and say reconnecting/down", timeout=30)
+        await wait_for(lambda: train.has_class("-stale")
+                       and ("reconnecting" in badge(app, "train") or "down since" in badge(app, "train")), 30,
+                       what="the train pane to turn stale and say reconnecting/down", pilot=pilot)
         noticed = time.monotonic() - t0
-        await wait_for(pilot, lambda: "STALE" in badge(app, "train"), "the age of the last reading", timeout=15)
+        await wait_for(lambda: "STALE" in badge(app, "train"), 15, what="the age of the last reading", pilot=pilot)
         # the last readings stay on screen, dimmed, in the same rows
         assert list(train.table.rows) == rows_before
         assert all(str(c.style) == "dim" for c in train.table.get_row("gpu-0"))
@@ -51,8 +53,8 @@ async def test_stopped_sshd_turns_pane_stale_then_it_recovers(lab_hosts: Lab, tm
         assert any("train" in line and ("reconnecting" in line or "down:" in line) for line in events.lines)
 
         lab.start_sshd("train")
-        await wait_for(pilot, lambda: not train.has_class("-stale") and "● connected" in badge(app, "train"),
-                       "the train pane to recover", timeout=40)
+        await wait_for(lambda: not train.has_class("-stale") and "● connected" in badge(app, "train"), 40,
+                       what="the train pane to recover", pilot=pilot)
         assert "sample " in badge(app, "train") and "STALE" not in badge(app, "train")
         assert list(train.table.rows) == rows_before  # same stable rows, updated in place
         assert all(str(c.style) != "dim" for c in train.table.get_row("gpu-0"))
