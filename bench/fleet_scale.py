@@ -330,7 +330,7 @@ def prom_runs(tmp: Path, sizes: list[int], args: argparse.Namespace) -> list[Run
         try:
             if hasattr(plab, "wait_scraped"):
                 plab.wait_scraped(timeout=120)
-            cfg = prom_fleet.write_console_config(work / "console.toml", plab)
+            cfg = prom_fleet.write_console_config(work / "console.toml", plab, interval_s=args.prom_interval)
             for mode in ("tui", "headless"):
                 if mode in args.prom_modes:
                     out.append(emit(run_tui(cfg, n, args, "prom-tui") if mode == "tui"
@@ -385,6 +385,8 @@ def main() -> int:
     ap.add_argument("--prom-n", default="200", help="Prometheus host counts (the issue: 200,1000)")
     ap.add_argument("--prom-modes", default="tui,headless", help="what runs against Prometheus")
     ap.add_argument("--prom-scrape-s", type=float, default=5.0, help="Prometheus scrape interval")
+    ap.add_argument("--prom-interval", type=float, default=5.0,
+                    help="the console's [prometheus] interval_s (5: the default a config gets)")
     ap.add_argument("--duration", type=float, default=15.0, help="measurement window per run, s")
     ap.add_argument("--settle", type=float, default=120.0, help="max s to wait for the first full frame/JSON")
     ap.add_argument("--interval", type=float, default=1.0, help="GPU interval and --watch interval, s")
