@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 from specconsole.config import Config, HostConfig
@@ -80,6 +80,7 @@ class HostMonitor:
         self.host = host or make_host(config)
         self.events = events or EventLog()
         self._last_state: ConnState | None = None
+        self._last_conn: Connection | None = None
         self.samples: dict[str, Sample[object]] = {}
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
@@ -108,6 +109,9 @@ class HostMonitor:
         return sources
 
     def _connection_changed(self, conn: Connection) -> None:
+        seen, self._last_conn = self._last_conn, conn
+        if seen is not None and replace(seen, last_ok=conn.last_ok) == conn:
+            return  # only last_ok moved (every command does that): nothing to redraw for
         if conn.state is not self._last_state or conn.state is ConnState.RECONNECTING:
             name = self.config.name
             if conn.state is ConnState.CONNECTED:

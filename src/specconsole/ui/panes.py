@@ -64,21 +64,17 @@ class TextBlock(Static):
     def __init__(self, text: str = "", **kwargs: Any) -> None:
         super().__init__(text, **kwargs)
         self._text = text
-        self._shape: tuple[int, int] = self._measure(text)
 
-    @staticmethod
-    def _measure(text: str) -> tuple[int, int]:
-        lines = Content.from_markup(text).plain.split("\n") if text else [""]
-        return len(lines), max(len(line) for line in lines)
+    def _height(self, text: str, width: int) -> int:
+        """Lines ``text`` takes at ``width`` under this widget's rules (what ``height: auto`` gives)."""
+        return Content.from_markup(text).get_height(self.styles, width) if text else 1
 
     def set(self, text: str) -> None:
         if text == self._text:
             return
-        shape = self._measure(text)
         width = self.content_size.width
-        wraps = self.styles.text_wrap != "nowrap" and (width <= 0 or max(shape[1], self._shape[1]) > width)
-        same_height = shape[0] == self._shape[0] and not wraps
-        self._text, self._shape = text, shape
+        same_height = width > 0 and self._height(text, width) == self._height(self._text, width)
+        self._text = text
         self.update(text, layout=not same_height)
 
     @property
