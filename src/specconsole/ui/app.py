@@ -52,6 +52,7 @@ from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.app_actions import ActionsMixin
 from specconsole.ui.app_leaving import LeavingMixin
+from specconsole.ui.console_screen import ConsoleScreen
 from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.format import Palette
@@ -194,6 +195,9 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
 
     def panes_changed(self) -> None:
         self._panes = None
+
+    def get_default_screen(self) -> Screen[Any]:
+        return ConsoleScreen()
 
     def compose(self) -> ComposeResult:
         # past console.fleet_threshold hosts: the fleet view, and panes only for a host drilled into

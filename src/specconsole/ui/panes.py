@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from rich.segment import Segment
 from rich.text import Text
@@ -18,6 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.content import Content
+from textual.css.styles import RulesMap
 from textual.geometry import Size
 from textual.markup import escape
 from textual.scroll_view import ScrollView
@@ -64,18 +65,28 @@ class TextBlock(Static):
     def __init__(self, text: str = "", **kwargs: Any) -> None:
         super().__init__(text, **kwargs)
         self._text = text
+        self._content = Content.from_markup(text)
+        self._height_at = (-1, 0)  # (width, lines) of the current text
 
-    def _height(self, text: str, width: int) -> int:
-        """Lines ``text`` takes at ``width`` under this widget's rules (what ``height: auto`` gives)."""
-        return Content.from_markup(text).get_height(self.styles, width) if text else 1
+    def _lines(self, content: Content, width: int) -> int:
+        """Lines ``content`` takes at ``width`` under this widget's rules (what ``height: auto`` gives)."""
+        return content.get_height(cast("RulesMap", self.styles), width) if content.plain else 1
 
     def set(self, text: str) -> None:
         if text == self._text:
             return
+        content = Content.from_markup(text)  # parsed once: the same Content is what is drawn
         width = self.content_size.width
-        same_height = width > 0 and self._height(text, width) == self._height(self._text, width)
-        self._text = text
-        self.update(text, layout=not same_height)
+        same_height = False
+        if width > 0:
+            old_width, old_lines = self._height_at
+            if old_width != width:
+                old_lines = self._lines(self._content, width)
+            lines = self._lines(content, width)
+            self._height_at = (width, lines)
+            same_height = lines == old_lines
+        self._text, self._content = text, content
+        self.update(content, layout=not same_height)
 
     @property
     def text(self) -> str:

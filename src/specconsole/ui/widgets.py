@@ -1,7 +1,7 @@
-"""Small widgets: a fixed-scale bar plot and a labelled plot row.
+"""Small widgets: a labelled, fixed-scale bar plot on one line.
 
 Textual's ``Sparkline`` scales every redraw to the min..max of what it shows, so a GPU idling at
-96-98 % would look like a saw from empty to full. :class:`BarPlot` draws on a fixed scale
+96-98 % would look like a saw from empty to full. :class:`PlotRow` draws on a fixed scale
 (0..``maximum``; 0..100 for utilization) or, when no maximum is given, on 0..the largest value
 shown: the baseline is always zero, so a drop reads as a drop.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
-from rich.text import Text
-from textual.app import ComposeResult, RenderResult
+from rich.segment import Segment
+from rich.style import Style
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Static
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 MISSING = "·"
@@ -66,64 +66,94 @@ def bar_rows(values: Sequence[float | None], width: int, height: int, maximum: f
     return ["".join(r) for r in rows]
 
 
-class BarPlot(Widget):
-    """A bar plot of the newest values that fit its width; restyle it in TCSS (``color``)."""
+class PlotRow(Widget):
+    """``label  ▁▂▃▅▇█  value`` on one line: a name, a bar plot of the newest values that fit and
+    the latest value as text. One widget, not three: at 1 Hz every plot repaints, and each widget
+    a frame touches costs the compositor as much as its text does.
 
-    DEFAULT_CSS = """
-    BarPlot { height: 1; width: 1fr; }
+    Colours are component classes: ``.plot--label``, ``.plot--bar``, ``.plot--value`` (restyle
+    per plot in TCSS, e.g. ``.plot.util > .plot--bar { color: $success; }``).
     """
 
-    def __init__(self, *, maximum: float | None = None, minimum: float | None = 0.0, name: str | None = None,
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"plot--label", "plot--bar", "plot--value"}
+    DEFAULT_CSS = """
+    PlotRow { height: 1; }
+    PlotRow > .plot--label { color: $text-muted; }
+    PlotRow > .plot--bar { color: $primary; }
+    """
+    LABEL_WIDTH = 12
+    VALUE_WIDTH = 16  # a space, then the value
+
+    def __init__(self, label: str, *, maximum: float | None = None, minimum: float | None = 0.0,
                  id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(name=name, id=id, classes=classes)
+        super().__init__(id=id, classes=classes)
         self.maximum = maximum
         self.minimum = minimum
+        self._label = label
+        self._value_text = ""
         self._values: tuple[float | None, ...] = ()
+        self._line: tuple[object, Strip] | None = None
+        self._styles: tuple[tuple[object, ...], tuple[Style, Style, Style]] | None = None
 
     @property
     def values(self) -> tuple[float | None, ...]:
         return self._values
 
-    def set_values(self, values: Sequence[float | None]) -> None:
-        new = tuple(values)
-        if new != self._values:
-            self._values = new
-            self.refresh()
-
-    def render(self) -> RenderResult:
-        width, height = self.content_size.width, self.content_size.height
-        return Text("\n".join(bar_rows(self._values, width, height, self.maximum, self.minimum)),
-                    no_wrap=True, overflow="crop")
-
-
-class PlotRow(Horizontal):
-    """``label  ▁▂▃▅▇█  value``: a name, a :class:`BarPlot` and the latest value as text."""
-
-    def __init__(self, label: str, *, maximum: float | None = None, minimum: float | None = 0.0,
-                 id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes)
-        self._label = label
-        self._maximum = maximum
-        self._minimum = minimum
-        self._value_text = ""
-
-    def compose(self) -> ComposeResult:
-        self._label_widget = Static(self._label, classes="plot-label")
-        self._plot = BarPlot(maximum=self._maximum, minimum=self._minimum)
-        self._value_widget = Static("", classes="plot-value")
-        yield self._label_widget
-        yield self._plot
-        yield self._value_widget
+    @property
+    def label(self) -> str:
+        return self._label
 
     @property
-    def plot(self) -> BarPlot:
-        return self._plot
+    def value_text(self) -> str:
+        return self._value_text
 
     def show(self, values: Sequence[float | None], value_text: str, label: str | None = None) -> None:
-        self._plot.set_values(values)
-        if value_text != self._value_text:
-            self._value_text = value_text
-            self._value_widget.update(value_text, layout=False)  # fixed width
-        if label is not None and label != self._label:
-            self._label = label
-            self._label_widget.update(label, layout=False)
+        """Repaint only when the values, the value text or the label changed."""
+        new = tuple(values)
+        label = self._label if label is None else label
+        if (new, value_text, label) != (self._values, self._value_text, self._label):
+            self._values, self._value_text, self._label = new, value_text, label
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._line = None
+
+    def _part_styles(self) -> tuple[Style, Style, Style]:
+        """Label, bar and value styles. Textual's own cache is cleared on every refresh and a full
+        style walks every ancestor, so they are kept while the stylesheet keeps the same
+        component styles (a theme or class change applies new ones)."""
+        names = ("plot--label", "plot--bar", "plot--value")
+        sources = tuple(self._component_styles.get(name) for name in names)  # what the stylesheet applied
+        if self._styles is None or any(a is not b for a, b in zip(self._styles[0], sources, strict=True)):
+            style = self.get_component_rich_style  # full styles: $text-muted needs its blend
+            label, bar, value = (style(name) for name in names)
+            self._styles = (sources, (label, bar, value))
+            self._line = None
+        return self._styles[1]
+
+    def render_line(self, y: int) -> Strip:
+        """The one line, as three styled segments (cached until something in it changes)."""
+        width = self.size.width
+        if y != 0:
+            return Strip.blank(width, self.rich_style)
+        styles = self._part_styles()
+        key = (width, self._values, self._value_text, self._label)
+        if self._line is not None and self._line[0] == key:
+            return self._line[1]
+        label_w = min(self.LABEL_WIDTH, width)
+        value_w = min(self.VALUE_WIDTH, width - label_w)
+        bar_w = max(0, width - label_w - value_w)
+        (bar,) = bar_rows(self._values, bar_w, 1, self.maximum, self.minimum)
+        label_style, bar_style, value_style = styles
+        strip = Strip([Segment(_fit(self._label, label_w), label_style), Segment(bar, bar_style),
+                       Segment(_fit(" " + self._value_text, value_w), value_style)], width)
+        self._line = (key, strip)
+        return strip
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` in exactly ``width`` cells: padded, or cut with an ellipsis."""
+    if width <= 0:
+        return ""
+    return text.ljust(width) if len(text) <= width else text[:width - 1] + "…"

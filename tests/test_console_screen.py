@@ -1,0 +1,101 @@
+"""The console's cropping compositor sends the terminal exactly what Textual's own would, for
+less work; the one-widget plot row keeps its colours through a theme change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual._compositor import Compositor
+from textual.geometry import Region
+from textual.widget import Widget
+
+import sample_data as sd
+from specconsole.ui.app import ConsoleApp
+from specconsole.ui.console_screen import CroppingCompositor
+from specconsole.ui.panes import SummaryBar, TrainingPane
+from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.widgets import PlotRow
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def frozen_app(tmp_path: Path) -> ConsoleApp:
+    now = sd.FROZEN_NOW
+    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(now),
+                     clock=lambda: now, themes=load_themes([BUNDLED_DIR]))
+    sd.seed_history(app.history, now)
+    return app
+
+
+def _update(compositor: Compositor, regions: list[Region], plain: bool, console: object) -> tuple[str, int]:
+    """One partial update of ``regions``: the text for the terminal and how many widgets rendered."""
+    rendered: list[Widget] = []
+    for widget in compositor.visible_widgets:
+        original = widget.render_lines
+
+        def counting(crop: Region, _w: Widget = widget, _orig: object = original) -> object:
+            rendered.append(_w)
+            return _orig(crop)  # type: ignore[operator]
+
+        widget.render_lines = counting  # type: ignore[method-assign]
+    try:
+        compositor._dirty_regions.update(regions)
+        update = (Compositor.render_partial_update(compositor) if plain
+                  else compositor.render_partial_update())
+    finally:
+        for widget in compositor.visible_widgets:
+            del widget.render_lines
+    assert update is not None
+    return update.render_segments(console), len(rendered)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)])
+async def test_partial_updates_match_textuals_own_compositor(tmp_path: Path, size: tuple[int, int]) -> None:
+    app = frozen_app(tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        app.refresh_panes()
+        await pilot.pause()
+        compositor = app.screen._compositor
+        assert isinstance(compositor, CroppingCompositor)
+        plots = list(app.screen.query(PlotRow))
+        summary = app.screen.query_one(SummaryBar)
+        training = app.screen.query_one(TrainingPane)
+        cases = [
+            [summary.region],  # one line at the top
+            [summary.region, plots[-1].region],  # top and bottom: Textual's box spans both
+            [p.region for p in plots] + [Region(training.region.x + 3, training.region.y + 2, 5, 3)],
+            [Region(0, 0, size[0], size[1])],  # everything
+        ]
+        screen = Region(0, 0, *size)
+        for regions in cases:
+            regions = [r.intersection(screen) for r in regions if r.intersection(screen)]
+            ours, ours_rendered = _update(compositor, regions, plain=False, console=app.console)
+            theirs, theirs_rendered = _update(compositor, regions, plain=True, console=app.console)
+            assert ours == theirs
+            assert ours_rendered <= theirs_rendered
+        # a one-line change renders far fewer widgets than Textual's whole-clip rule
+        line = [plots[0].region.intersection(screen)]
+        _, ours_rendered = _update(compositor, line, plain=False, console=app.console)
+        _, theirs_rendered = _update(compositor, line, plain=True, console=app.console)
+        assert ours_rendered < theirs_rendered
+
+
+async def test_plot_row_recolours_with_the_theme(tmp_path: Path) -> None:
+    app = frozen_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app.refresh_panes()
+        await pilot.pause()
+        plot = app.screen.query_one(".util", PlotRow)
+        assert plot.values, "the seeded history reaches the plot"
+        before = plot.render_line(0)
+        bar_before = [s.style for s in before if "█" in s.text or "▁" in s.text]
+        themes = [name for name in app.available_themes if name != app.theme]
+        app.theme = next(t for t in themes if app.get_theme(t).success != app.get_theme(app.theme).success)
+        await pilot.pause()
+        after = plot.render_line(0)
+        bar_after = [s.style for s in after if "█" in s.text or "▁" in s.text]
+        assert bar_before and bar_after and bar_before != bar_after
+        assert "".join(s.text for s in before) == "".join(s.text for s in after)
