@@ -17,16 +17,24 @@ Figures per run (the console is a child process; everything is read from ``/proc
   ``SPECCONSOLE_FIRST_FRAME_FILE``); headless: until the first JSON line with every host's GPU
   sample ok;
 - p99 age: headless: receipt time of each JSON line minus each host's ``gpu.at`` (so a late line
-  counts); TUI: the ages painted on screen (``0.4s ago`` / ``STALE 5.4s old``, from ``tmux
-  capture-pane`` once a second; only what is visible);
+  counts); TUI: the ages painted on screen, read with ``tmux capture-pane`` once a second (only
+  what is visible; worst-first puts stale hosts on the visible rows): the fleet view's
+  ``● 0.4s`` / ``STALE 3.1s`` / ``STALE 2m05s`` and the host panes' ``0.4s ago`` / ``5.4s old``;
 - tick: headless: mean spacing of the JSON lines (``--interval``, 1 s);
 - quit: from SIGINT (headless) / ``q`` (TUI) until the pid is gone.
+
+``--demo`` first measures the two-host demo lab (torchrun job, SGLang simulator, Python GPU
+double; all sources) idle in the TUI: the row "two-host demo idle CPU-s/min".
+``--profile FILE`` runs each TUI console under cProfile (its main thread: the event loop),
+enabled by SIGUSR2 at the start of the window and dumped by SIGUSR1 at its end to
+FILE.<mode>-<N> (``python -m pstats FILE.tui-200``); CPU figures then include cProfile's own cost.
 
 The machine may be shared: CPU-s is the figure to compare, wall-clock ones move with the load
 (the 1-minute load average is printed).
 
 Usage: .venv/bin/python bench/fleet_scale.py [--n 50,200] [--duration S] [--modes tui,headless,prom]
-       [--prom-n 200,1000] [--gpus 8] [--src DIR (run the console from another source tree)]
+       [--prom-n 200,1000] [--gpus 8] [--demo] [--profile FILE] [--size 200x50]
+       [--src DIR (run the console from another source tree)]
 """
 
 from __future__ import annotations
@@ -57,7 +65,9 @@ from specconsole.lab.fleet import write_fleet_config, write_training_log
 TICK = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 3.0
 TMUX = ["tmux", "-L", f"specconsole-fleet-bench-{os.getpid()}", "-f", "/dev/null"]
-AGE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)s (?:ago|old)\b")
+#: Ages on screen: the fleet view's ``● 0.4s`` / ``STALE 3.1s`` / ``STALE 2m05s`` (group 1), the
+#: host panes' ``0.4s ago`` / ``5.4s old`` (group 2).
+AGE = re.compile(r"(?:●|STALE) (\d+(?:\.\d+)?s|\d+m\d\ds)|(?<![\w.])(\d+(?:\.\d+)?)s (?:ago|old)\b")
 
 # A cheap nvidia-smi: the console's -lms query streams, no process per line.
 CHEAP_SMI = r"""#!/bin/bash
@@ -92,11 +102,36 @@ GPU_ONLY = (
 )
 
 
-def console_argv(args: argparse.Namespace) -> list[str]:
+#: ``--profile``: cProfile of the main thread, on at SIGUSR2, dumped at SIGUSR1 (the console
+#: leaves with os._exit on q, so the stats are written before that).
+PROFILED = (
+    "import cProfile, os, signal\n"
+    "prof = cProfile.Profile()\n"
+    "signal.signal(signal.SIGUSR2, lambda *_: prof.enable())\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: (prof.disable(), prof.dump_stats(os.environ['BENCH_PROFILE'])))\n"
+)
+MAIN = "import sys\nfrom specconsole.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+
+
+def console_argv(args: argparse.Namespace, sources: str | None = None, profiled: bool = False) -> list[str]:
     """How to start the console (``specconsole ARGS`` = this + ARGS)."""
-    if args.sources == "gpu":
-        return [sys.executable, "-c", GPU_ONLY]
-    return [sys.executable, "-m", "specconsole"]
+    code = PROFILED if profiled else ""
+    if (sources or args.sources) == "gpu":
+        code += GPU_ONLY
+    elif profiled:
+        code += MAIN
+    else:
+        return [sys.executable, "-m", "specconsole"]
+    return [sys.executable, "-c", code]
+
+
+def age_s(match: re.Match[str]) -> float:
+    """Seconds from an :data:`AGE` match (``2m05s``, ``3.1s``, ``0.4``)."""
+    text = (match.group(1) or match.group(2)).removesuffix("s")
+    if "m" in text:
+        minutes, seconds = text.split("m")
+        return int(minutes) * 60 + int(seconds)
+    return float(text)
 
 
 @dataclass
@@ -238,7 +273,8 @@ def tmux(*args: str, check: bool = True) -> str:
     return res.stdout
 
 
-def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui") -> Run:
+def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui",
+            sources: str | None = None) -> Run:
     r = Run(mode, hosts)
     if not shutil.which("tmux"):
         r.note = "skipped: needs tmux"
@@ -247,11 +283,15 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
     frame = run / f"first-frame-{uuid.uuid4().hex[:6]}"
     session = f"{mode}{hosts}"
     exports = ["-e", f"SPECCONSOLE_FIRST_FRAME_FILE={frame}"]
+    profile = Path(f"{args.profile}.{mode}-{hosts}") if args.profile else None
+    if profile is not None:
+        exports += ["-e", f"BENCH_PROFILE={profile}"]
     if args.src:
         exports += ["-e", f"PYTHONPATH={console_env(args.src)['PYTHONPATH']}"]
+    cols, rows = args.size.split("x")
     t0 = time.monotonic()
-    tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "50", *exports,
-         f"exec {shlex.join(console_argv(args))} --config {config}")
+    tmux("new-session", "-d", "-s", session, "-x", cols, "-y", rows, *exports,
+         f"exec {shlex.join(console_argv(args, sources, profile is not None))} --config {config}")
     pid = int(tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip())
     try:
         deadline = t0 + args.settle
@@ -265,9 +305,15 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
 
         def screen_ages() -> None:
             text = tmux("capture-pane", "-p", "-t", session, check=False)
-            r.ages.extend(float(m.group(1)) for m in AGE.finditer(text))
+            r.ages.extend(age_s(m) for m in AGE.finditer(text))
 
+        if profile is not None:
+            os.kill(pid, signal.SIGUSR2)
         r.cpu_s_min, r.rss_mib = measure_window(pid, args.duration, screen_ages)
+        if profile is not None:
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(2)
+            r.note += f" profile: {profile}"
         r.p99_age_s = p99(r.ages)
         if not r.ages:
             r.note += " (no ages on screen)"
@@ -287,6 +333,18 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
 
 
 # ---------------------------------------------------------------------------- SSH fleet
+
+def demo_run(tmp: Path, args: argparse.Namespace) -> Run:
+    """The two-host demo lab (torchrun job, SGLang simulator, Python GPU double) idle in the TUI."""
+    demo = Lab(tmp / "demo", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0),
+               say=lambda _m: None)
+    try:
+        demo.up()
+        time.sleep(8)  # the trainer's first steps, SGLang loaded
+        return run_tui(demo.config_path, 2, args, "demo-tui", sources="all")
+    finally:
+        demo.down()
+
 
 def ssh_lab(tmp: Path, gpus: int) -> Lab:
     lab = Lab(tmp / "lab", LabOptions(trainer=False, sglang=False), say=lambda _m: None)
@@ -376,6 +434,9 @@ def table(rows: list[Run]) -> None:
             cells.append(f"{v} ({fmt(getattr(b, key), spec)})" if b is not None and r is not b else v)
         print(f"{r.mode:>13} {r.hosts:>5} " + " ".join(f"{c:>20}" for c in cells))
     print("(in brackets: the same figure at 2 hosts, this run)")
+    for r in rows:
+        if r.mode == "demo-tui":
+            print(f"two-host demo idle CPU-s/min: {fmt(r.cpu_s_min)} (the issue's bar: <= 1)")
 
 
 def main() -> int:
@@ -393,8 +454,14 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8, help="GPUs per synthetic host")
     ap.add_argument("--sources", choices=("gpu", "all"), default="gpu",
                     help="SSH hosts: GPU source only (as the issue measured) or also the training tail")
+    ap.add_argument("--demo", action="store_true",
+                    help="first the two-host demo lab (torchrun, SGLang simulator, Python GPU double) idle, TUI")
+    ap.add_argument("--profile", help="cProfile each TUI console over the window; stats to FILE.<mode>-<N>")
+    ap.add_argument("--size", default="200x50", help="the TUI's terminal size, COLSxROWS")
     ap.add_argument("--src", help="run the console from this source tree (PYTHONPATH), e.g. an old checkout")
     args = ap.parse_args()
+    if not re.fullmatch(r"\d+x\d+", args.size):
+        ap.error(f"--size {args.size}: expected COLSxROWS, e.g. 200x50")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     sizes = [int(x) for x in args.n.split(",") if x.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-fleet-"))
@@ -403,10 +470,13 @@ def main() -> int:
     rows: list[Run] = []
     lab: Lab | None = None
     try:
+        if args.demo:
+            tmux("new-session", "-d", "-s", "keep", "sleep 86400")
+            rows.append(emit(demo_run(tmp, args)))
         ssh_modes = [m for m in modes if m in ("tui", "headless")]
         if ssh_modes:
             lab = ssh_lab(tmp, args.gpus)
-            if "tui" in ssh_modes:
+            if "tui" in ssh_modes and not args.demo:
                 tmux("new-session", "-d", "-s", "keep", "sleep 86400")
             for n in [2, *sizes]:
                 for mode in ssh_modes:
