@@ -346,7 +346,7 @@ def demo_run(tmp: Path, args: argparse.Namespace) -> Run:
         demo.down()
 
 
-def ssh_lab(tmp: Path, gpus: int) -> Lab:
+def ssh_lab(tmp: Path, gpus: int, host_rc: bool = False) -> Lab:
     lab = Lab(tmp / "lab", LabOptions(trainer=False, sglang=False), say=lambda _m: None)
     lab.up()
     fifo = tmp / "pace.fifo"
@@ -356,7 +356,29 @@ def ssh_lab(tmp: Path, gpus: int) -> Lab:
         path = lab.root(name) / "bin" / "nvidia-smi"
         path.write_text(script)
         path.chmod(0o755)
+        synthetic_fleet_sshd(lab, name, host_rc)
     return lab
+
+
+def synthetic_fleet_sshd(lab: Lab, name: str, host_rc: bool) -> None:
+    """Make one lab sshd stand in for N hosts' sshds (restarted on its port).
+
+    A real fleet has one sshd per host, each with its own CPU; here two sshds on this machine
+    serve all N hosts, so what a host spends would be charged to the console's machine:
+    - ``MaxStartups``: the lab's 64 drops the connections beyond 64 unauthenticated at once
+      (the console retries them with backoff), which one host's sshd never sees;
+    - the login shell's rc files: bash sources ``~/.bashrc`` for every command sshd runs, and
+      a ``pyenv init`` there costs ~0.2 s per session: 400 sessions at 200 hosts keep this
+      machine's 2 cores busy for tens of seconds. ``SHLVL=1`` makes bash skip it (it sources
+      the rc only as a top-level shell); ``--host-rc`` keeps it.
+    """
+    cfg = lab.sshd_config(name)
+    text = cfg.read_text().replace("MaxStartups 64", "MaxStartups 1024")
+    if not host_rc:
+        text = re.sub(r"^(SetEnv .*)$", r"\1 SHLVL=1", text, count=1, flags=re.M)
+    cfg.write_text(text)
+    lab.stop_sshd(name)
+    lab.start_sshd(name)
 
 
 def ssh_config(lab: Lab, tmp: Path, hosts: int, interval: float) -> Path:
@@ -458,6 +480,8 @@ def main() -> int:
                     help="first the two-host demo lab (torchrun, SGLang simulator, Python GPU double) idle, TUI")
     ap.add_argument("--profile", help="cProfile each TUI console over the window; stats to FILE.<mode>-<N>")
     ap.add_argument("--size", default="200x50", help="the TUI's terminal size, COLSxROWS")
+    ap.add_argument("--host-rc", action="store_true",
+                    help="SSH hosts: keep the login shell's rc files (~/.bashrc) for each session")
     ap.add_argument("--src", help="run the console from this source tree (PYTHONPATH), e.g. an old checkout")
     args = ap.parse_args()
     if not re.fullmatch(r"\d+x\d+", args.size):
@@ -475,7 +499,7 @@ def main() -> int:
             rows.append(emit(demo_run(tmp, args)))
         ssh_modes = [m for m in modes if m in ("tui", "headless")]
         if ssh_modes:
-            lab = ssh_lab(tmp, args.gpus)
+            lab = ssh_lab(tmp, args.gpus, args.host_rc)
             if "tui" in ssh_modes and not args.demo:
                 tmux("new-session", "-d", "-s", "keep", "sleep 86400")
             for n in [2, *sizes]:
