@@ -189,6 +189,11 @@ def parse_gpu_line(line: str, fields: Sequence[str] = QUERY_GPU_FIELDS) -> GpuRe
         if step is None:
             continue
         name, key, kind = step
+        if kind == "num":  # the common plain number first (parse_number's own fast path)
+            whole, dot, frac = cell.partition(".")
+            if whole.isdecimal() and (not dot or frac.isdecimal()):
+                values[key] = float(cell)
+                continue
         if kind == "index":
             if not cell.isdigit():
                 raise GpuParseError(f"not a GPU index: {cell!r} in {line[:120]!r}")

@@ -27,6 +27,7 @@ from specconsole.errors import HostError, HostKeyError, HostUnavailable
 from specconsole.hosts.address import ssh_address
 from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, stdin_watchdog, to_shell
+from specconsole.hosts.ssh_files import shared_known_hosts
 
 #: Lost connections are "reconnecting n" for this many attempts, then "down".
 RECONNECTING_ATTEMPTS = 3
@@ -34,6 +35,8 @@ RECONNECTING_ATTEMPTS = 3
 CLOSE_TIMEOUT_S = 1.0
 #: Closing one stream: how long its channel gets to close (the remote watchdog ends the command).
 STREAM_CLOSE_TIMEOUT_S = 3.0
+#: Reading a stream: at most this many characters per read (a read returns what has arrived).
+READ_CHUNK = 65536
 
 
 class SshStream(StreamProcess):
@@ -50,9 +53,17 @@ class SshStream(StreamProcess):
                 self._stderr.append(chunk)
 
     async def lines(self) -> AsyncIterator[str]:
+        """The stream's lines, read a chunk at a time (whatever has arrived, up to
+        :data:`READ_CHUNK`): one wake-up per SSH packet, not one ``readline`` per line."""
+        stdout = self._proc.stdout
+        partial = ""
         try:
-            async for line in self._proc.stdout:
-                yield line.rstrip("\r\n")
+            while chunk := await stdout.read(READ_CHUNK):
+                *complete, partial = (partial + chunk).split("\n")
+                for line in complete:
+                    yield line.rstrip("\r")
+            if partial:
+                yield partial.rstrip("\r")
         except (asyncssh.Error, OSError) as err:
             raise HostUnavailable(f"{self._host.name}: connection lost while streaming ({err})") from None
 
@@ -124,7 +135,9 @@ class SshHost(Host):
         assert self.config.host
         opts = self._options()
         try:
-            return await asyncssh.connect(self.config.host, **opts)
+            known = opts.get("known_hosts")  # parsed once for every host that names this file
+            shared = {"known_hosts": shared_known_hosts(known)} if known else {}
+            return await asyncssh.connect(self.config.host, **{**opts, **shared})
         except asyncssh.HostKeyNotVerifiable:
             raise await self._host_key_error(opts) from None
         except FileNotFoundError as err:
