@@ -16,7 +16,8 @@ from test_ssh_host import host_config
 
 def test_known_hosts_is_parsed_once_until_the_file_changes(tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
-    known.write_text("[127.0.0.2]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBs+ePXbH/HfM5dFXQH7jGuF6sV1oFgFCd1D1LGq0Ei1\n")
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIBs+ePXbH/HfM5dFXQH7jGuF6sV1oFgFCd1D1LGq0Ei1"
+    known.write_text(f"[127.0.0.2]:2222 ssh-ed25519 {key}\n")
     first = shared_known_hosts(str(known))
     assert shared_known_hosts(str(known)) is first
     known.write_text(known.read_text() * 2)  # any change: size, mtime or inode
