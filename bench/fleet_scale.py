@@ -5,6 +5,11 @@ SSH hosts: the lab's two sshds (no trainer, no SGLang) serve N ``[[hosts]]`` ent
 own SSH connection running the GPU source only. Their ``nvidia-smi`` is a cheap bash stand-in
 written by this bench (``--gpus`` fixed rows per ``-lms`` period, paced by ``read -t`` on a FIFO:
 no process per line), so the hosts' side costs little and the figures are the console's.
+A real fleet has one sshd per host, on its own CPU; here two sshds on this machine stand in for
+N, so they are set up as N hosts would look to the console: ``MaxStartups 1024`` (the lab's 64
+drops the handshakes beyond 64 at once, and the console retries them with backoff) and no
+login-shell rc per session (``SHLVL=1``: bash then skips ``~/.bashrc``, whose ``pyenv init``
+costs ~0.2 s per session, tens of CPU-s for 400 sessions at 200 hosts; ``--host-rc`` keeps it).
 Prometheus (``--modes prom``): ``specconsole.lab.prom_fleet`` (an exporter double + a real
 ``prometheus``) for ``--prom-n`` hosts, with the TUI and headless status reading through it;
 skipped with a note when that module or the ``prometheus`` binary is not in this tree/machine.
@@ -14,8 +19,9 @@ Figures per run (the console is a child process; everything is read from ``/proc
 - CPU-s/min: the console process's utime+stime over the window, per minute;
 - RSS: the console's VmRSS at the end of the window (MiB);
 - first: TUI: until the app painted a frame with every host complete (it writes
-  ``SPECCONSOLE_FIRST_FRAME_FILE``); headless: until the first JSON line with every host's GPU
-  sample ok;
+  ``SPECCONSOLE_FIRST_FRAME_FILE``), with the CPU-s the console and the lab's sshds (the
+  synthetic hosts' side, which a real fleet spends on its own machines) used until then;
+  headless: until the first JSON line with every host's GPU sample ok;
 - p99 age: headless: receipt time of each JSON line minus each host's ``gpu.at`` (so a late line
   counts); TUI: the ages painted on screen, read with ``tmux capture-pane`` once a second (only
   what is visible; worst-first puts stale hosts on the visible rows): the fleet view's
@@ -61,6 +67,7 @@ from typing import Any
 
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.procs import descendants
 
 TICK = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 3.0
@@ -144,6 +151,9 @@ class Run:
     p99_age_s: float = float("nan")
     tick_s: float = float("nan")
     quit_s: float = float("nan")
+    #: CPU-s until the first full frame: the console's, and the synthetic hosts' sshds' (TUI)
+    first_cpu_s: float = float("nan")
+    first_hosts_cpu_s: float = float("nan")
     note: str = ""
     ages: list[float] = field(default_factory=list)
 
@@ -151,6 +161,19 @@ class Run:
 def proc_cpu(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def hosts_cpu(lab: Lab | None) -> float:
+    """CPU-s of the lab's sshds so far: the live processes below them and what they reaped."""
+    if lab is None:
+        return float("nan")
+    masters = [h.sshd_pid for h in lab.state.hosts.values() if h.sshd_pid]
+    total = 0.0
+    for pid in [*masters, *descendants(*masters)]:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / TICK  # utime, stime, cutime, cstime
+    return total
 
 
 def proc_rss_mib(pid: int) -> float:
@@ -274,7 +297,7 @@ def tmux(*args: str, check: bool = True) -> str:
 
 
 def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui",
-            sources: str | None = None) -> Run:
+            sources: str | None = None, lab: Lab | None = None) -> Run:
     r = Run(mode, hosts)
     if not shutil.which("tmux"):
         r.note = "skipped: needs tmux"
@@ -289,6 +312,7 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
     if args.src:
         exports += ["-e", f"PYTHONPATH={console_env(args.src)['PYTHONPATH']}"]
     cols, rows = args.size.split("x")
+    hosts_cpu0 = hosts_cpu(lab)
     t0 = time.monotonic()
     tmux("new-session", "-d", "-s", session, "-x", cols, "-y", rows, *exports,
          f"exec {shlex.join(console_argv(args, sources, profile is not None))} --config {config}")
@@ -299,6 +323,8 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
             time.sleep(0.05)
         if frame.exists():
             r.first_s = time.monotonic() - t0
+            r.first_cpu_s = proc_cpu(pid)
+            r.first_hosts_cpu_s = hosts_cpu(lab) - hosts_cpu0
         else:
             r.note = f"no full frame within {args.settle:g} s"
         time.sleep(WARMUP_S)
@@ -431,9 +457,15 @@ def fmt(v: float, spec: str = "{:.2f}") -> str:
     return "n/a" if v != v else spec.format(v)
 
 
+def first_cpu(r: Run) -> str:
+    if r.first_cpu_s != r.first_cpu_s:
+        return ""
+    return f" (CPU-s until then: console {r.first_cpu_s:.2f}, hosts' sshds {fmt(r.first_hosts_cpu_s)})"
+
+
 def emit(r: Run) -> Run:
     print(f"  {r.mode:>13} {r.hosts:>5} hosts: CPU {fmt(r.cpu_s_min)} s/min, RSS {fmt(r.rss_mib, '{:.0f}')} MiB, "
-          f"first {fmt(r.first_s)} s, p99 age {fmt(r.p99_age_s)} s ({len(r.ages)} ages), "
+          f"first {fmt(r.first_s)} s{first_cpu(r)}, p99 age {fmt(r.p99_age_s)} s ({len(r.ages)} ages), "
           f"tick {fmt(r.tick_s, '{:.3f}')} s, "
           f"quit {fmt(r.quit_s)} s, load {load()}{' ' + r.note.strip() if r.note else ''}", flush=True)
     return r
@@ -505,7 +537,8 @@ def main() -> int:
             for n in [2, *sizes]:
                 for mode in ssh_modes:
                     cfg = ssh_config(lab, tmp, n, args.interval)
-                    rows.append(emit(run_headless(cfg, n, args) if mode == "headless" else run_tui(cfg, n, args)))
+                    rows.append(emit(run_headless(cfg, n, args) if mode == "headless"
+                                     else run_tui(cfg, n, args, lab=lab)))
         if "prom" in modes:
             rows.extend(prom_runs(tmp, [int(x) for x in args.prom_n.split(",") if x.strip()], args))
     finally:
