@@ -5,6 +5,11 @@ SSH hosts: the lab's two sshds (no trainer, no SGLang) serve N ``[[hosts]]`` ent
 own SSH connection running the GPU source only. Their ``nvidia-smi`` is a cheap bash stand-in
 written by this bench (``--gpus`` fixed rows per ``-lms`` period, paced by ``read -t`` on a FIFO:
 no process per line), so the hosts' side costs little and the figures are the console's.
+A real fleet has one sshd per host, on its own CPU; here two sshds on this machine stand in for
+N, so they are set up as N hosts would look to the console: ``MaxStartups 1024`` (the lab's 64
+drops the handshakes beyond 64 at once, and the console retries them with backoff) and no
+login-shell rc per session (``SHLVL=1``: bash then skips ``~/.bashrc``, whose ``pyenv init``
+costs ~0.2 s per session, tens of CPU-s for 400 sessions at 200 hosts; ``--host-rc`` keeps it).
 Prometheus (``--modes prom``): ``specconsole.lab.prom_fleet`` (an exporter double + a real
 ``prometheus``) for ``--prom-n`` hosts, with the TUI and headless status reading through it;
 skipped with a note when that module or the ``prometheus`` binary is not in this tree/machine.
@@ -14,19 +19,28 @@ Figures per run (the console is a child process; everything is read from ``/proc
 - CPU-s/min: the console process's utime+stime over the window, per minute;
 - RSS: the console's VmRSS at the end of the window (MiB);
 - first: TUI: until the app painted a frame with every host complete (it writes
-  ``SPECCONSOLE_FIRST_FRAME_FILE``); headless: until the first JSON line with every host's GPU
-  sample ok;
+  ``SPECCONSOLE_FIRST_FRAME_FILE``), with the CPU-s the console and the lab's sshds (the
+  synthetic hosts' side, which a real fleet spends on its own machines) used until then;
+  headless: until the first JSON line with every host's GPU sample ok;
 - p99 age: headless: receipt time of each JSON line minus each host's ``gpu.at`` (so a late line
-  counts); TUI: the ages painted on screen (``0.4s ago`` / ``STALE 5.4s old``, from ``tmux
-  capture-pane`` once a second; only what is visible);
+  counts); TUI: the ages painted on screen, read with ``tmux capture-pane`` once a second (only
+  what is visible; worst-first puts stale hosts on the visible rows): the fleet view's
+  ``● 0.4s`` / ``STALE 3.1s`` / ``STALE 2m05s`` and the host panes' ``0.4s ago`` / ``5.4s old``;
 - tick: headless: mean spacing of the JSON lines (``--interval``, 1 s);
 - quit: from SIGINT (headless) / ``q`` (TUI) until the pid is gone.
+
+``--demo`` first measures the two-host demo lab (torchrun job, SGLang simulator, Python GPU
+double; all sources) idle in the TUI: the row "two-host demo idle CPU-s/min".
+``--profile FILE`` runs each TUI console under cProfile (its main thread: the event loop),
+enabled by SIGUSR2 at the start of the window and dumped by SIGUSR1 at its end to
+FILE.<mode>-<N> (``python -m pstats FILE.tui-200``); CPU figures then include cProfile's own cost.
 
 The machine may be shared: CPU-s is the figure to compare, wall-clock ones move with the load
 (the 1-minute load average is printed).
 
 Usage: .venv/bin/python bench/fleet_scale.py [--n 50,200] [--duration S] [--modes tui,headless,prom]
-       [--prom-n 200,1000] [--gpus 8] [--src DIR (run the console from another source tree)]
+       [--prom-n 200,1000] [--gpus 8] [--demo] [--profile FILE] [--size 200x50]
+       [--src DIR (run the console from another source tree)]
 """
 
 from __future__ import annotations
@@ -53,11 +67,14 @@ from typing import Any
 
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.procs import descendants
 
 TICK = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 3.0
 TMUX = ["tmux", "-L", f"specconsole-fleet-bench-{os.getpid()}", "-f", "/dev/null"]
-AGE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)s (?:ago|old)\b")
+#: Ages on screen: the fleet view's ``● 0.4s`` / ``STALE 3.1s`` / ``STALE 2m05s`` (group 1), the
+#: host panes' ``0.4s ago`` / ``5.4s old`` (group 2).
+AGE = re.compile(r"(?:●|STALE) (\d+(?:\.\d+)?s|\d+m\d\ds)|(?<![\w.])(\d+(?:\.\d+)?)s (?:ago|old)\b")
 
 # A cheap nvidia-smi: the console's -lms query streams, no process per line.
 CHEAP_SMI = r"""#!/bin/bash
@@ -92,11 +109,36 @@ GPU_ONLY = (
 )
 
 
-def console_argv(args: argparse.Namespace) -> list[str]:
+#: ``--profile``: cProfile of the main thread, on at SIGUSR2, dumped at SIGUSR1 (the console
+#: leaves with os._exit on q, so the stats are written before that).
+PROFILED = (
+    "import cProfile, os, signal\n"
+    "prof = cProfile.Profile()\n"
+    "signal.signal(signal.SIGUSR2, lambda *_: prof.enable())\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: (prof.disable(), prof.dump_stats(os.environ['BENCH_PROFILE'])))\n"
+)
+MAIN = "import sys\nfrom specconsole.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+
+
+def console_argv(args: argparse.Namespace, sources: str | None = None, profiled: bool = False) -> list[str]:
     """How to start the console (``specconsole ARGS`` = this + ARGS)."""
-    if args.sources == "gpu":
-        return [sys.executable, "-c", GPU_ONLY]
-    return [sys.executable, "-m", "specconsole"]
+    code = PROFILED if profiled else ""
+    if (sources or args.sources) == "gpu":
+        code += GPU_ONLY
+    elif profiled:
+        code += MAIN
+    else:
+        return [sys.executable, "-m", "specconsole"]
+    return [sys.executable, "-c", code]
+
+
+def age_s(match: re.Match[str]) -> float:
+    """Seconds from an :data:`AGE` match (``2m05s``, ``3.1s``, ``0.4``)."""
+    text = (match.group(1) or match.group(2)).removesuffix("s")
+    if "m" in text:
+        minutes, seconds = text.split("m")
+        return int(minutes) * 60 + int(seconds)
+    return float(text)
 
 
 @dataclass
@@ -109,6 +151,9 @@ class Run:
     p99_age_s: float = float("nan")
     tick_s: float = float("nan")
     quit_s: float = float("nan")
+    #: CPU-s until the first full frame: the console's, and the synthetic hosts' sshds' (TUI)
+    first_cpu_s: float = float("nan")
+    first_hosts_cpu_s: float = float("nan")
     note: str = ""
     ages: list[float] = field(default_factory=list)
 
@@ -116,6 +161,19 @@ class Run:
 def proc_cpu(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def hosts_cpu(lab: Lab | None) -> float:
+    """CPU-s of the lab's sshds so far: the live processes below them and what they reaped."""
+    if lab is None:
+        return float("nan")
+    masters = [h.sshd_pid for h in lab.state.hosts.values() if h.sshd_pid]
+    total = 0.0
+    for pid in [*masters, *descendants(*masters)]:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / TICK  # utime, stime, cutime, cstime
+    return total
 
 
 def proc_rss_mib(pid: int) -> float:
@@ -238,7 +296,8 @@ def tmux(*args: str, check: bool = True) -> str:
     return res.stdout
 
 
-def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui") -> Run:
+def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui",
+            sources: str | None = None, lab: Lab | None = None) -> Run:
     r = Run(mode, hosts)
     if not shutil.which("tmux"):
         r.note = "skipped: needs tmux"
@@ -247,11 +306,16 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
     frame = run / f"first-frame-{uuid.uuid4().hex[:6]}"
     session = f"{mode}{hosts}"
     exports = ["-e", f"SPECCONSOLE_FIRST_FRAME_FILE={frame}"]
+    profile = Path(f"{args.profile}.{mode}-{hosts}") if args.profile else None
+    if profile is not None:
+        exports += ["-e", f"BENCH_PROFILE={profile}"]
     if args.src:
         exports += ["-e", f"PYTHONPATH={console_env(args.src)['PYTHONPATH']}"]
+    cols, rows = args.size.split("x")
+    hosts_cpu0 = hosts_cpu(lab)
     t0 = time.monotonic()
-    tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "50", *exports,
-         f"exec {shlex.join(console_argv(args))} --config {config}")
+    tmux("new-session", "-d", "-s", session, "-x", cols, "-y", rows, *exports,
+         f"exec {shlex.join(console_argv(args, sources, profile is not None))} --config {config}")
     pid = int(tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip())
     try:
         deadline = t0 + args.settle
@@ -259,15 +323,23 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
             time.sleep(0.05)
         if frame.exists():
             r.first_s = time.monotonic() - t0
+            r.first_cpu_s = proc_cpu(pid)
+            r.first_hosts_cpu_s = hosts_cpu(lab) - hosts_cpu0
         else:
             r.note = f"no full frame within {args.settle:g} s"
         time.sleep(WARMUP_S)
 
         def screen_ages() -> None:
             text = tmux("capture-pane", "-p", "-t", session, check=False)
-            r.ages.extend(float(m.group(1)) for m in AGE.finditer(text))
+            r.ages.extend(age_s(m) for m in AGE.finditer(text))
 
+        if profile is not None:
+            os.kill(pid, signal.SIGUSR2)
         r.cpu_s_min, r.rss_mib = measure_window(pid, args.duration, screen_ages)
+        if profile is not None:
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(2)
+            r.note += f" profile: {profile}"
         r.p99_age_s = p99(r.ages)
         if not r.ages:
             r.note += " (no ages on screen)"
@@ -288,7 +360,19 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
 
 # ---------------------------------------------------------------------------- SSH fleet
 
-def ssh_lab(tmp: Path, gpus: int) -> Lab:
+def demo_run(tmp: Path, args: argparse.Namespace) -> Run:
+    """The two-host demo lab (torchrun job, SGLang simulator, Python GPU double) idle in the TUI."""
+    demo = Lab(tmp / "demo", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0),
+               say=lambda _m: None)
+    try:
+        demo.up()
+        time.sleep(8)  # the trainer's first steps, SGLang loaded
+        return run_tui(demo.config_path, 2, args, "demo-tui", sources="all")
+    finally:
+        demo.down()
+
+
+def ssh_lab(tmp: Path, gpus: int, host_rc: bool = False) -> Lab:
     lab = Lab(tmp / "lab", LabOptions(trainer=False, sglang=False), say=lambda _m: None)
     lab.up()
     fifo = tmp / "pace.fifo"
@@ -298,7 +382,29 @@ def ssh_lab(tmp: Path, gpus: int) -> Lab:
         path = lab.root(name) / "bin" / "nvidia-smi"
         path.write_text(script)
         path.chmod(0o755)
+        synthetic_fleet_sshd(lab, name, host_rc)
     return lab
+
+
+def synthetic_fleet_sshd(lab: Lab, name: str, host_rc: bool) -> None:
+    """Make one lab sshd stand in for N hosts' sshds (restarted on its port).
+
+    A real fleet has one sshd per host, each with its own CPU; here two sshds on this machine
+    serve all N hosts, so what a host spends would be charged to the console's machine:
+    - ``MaxStartups``: the lab's 64 drops the connections beyond 64 unauthenticated at once
+      (the console retries them with backoff), which one host's sshd never sees;
+    - the login shell's rc files: bash sources ``~/.bashrc`` for every command sshd runs, and
+      a ``pyenv init`` there costs ~0.2 s per session: 400 sessions at 200 hosts keep this
+      machine's 2 cores busy for tens of seconds. ``SHLVL=1`` makes bash skip it (it sources
+      the rc only as a top-level shell); ``--host-rc`` keeps it.
+    """
+    cfg = lab.sshd_config(name)
+    text = cfg.read_text().replace("MaxStartups 64", "MaxStartups 1024")
+    if not host_rc:
+        text = re.sub(r"^(SetEnv .*)$", r"\1 SHLVL=1", text, count=1, flags=re.M)
+    cfg.write_text(text)
+    lab.stop_sshd(name)
+    lab.start_sshd(name)
 
 
 def ssh_config(lab: Lab, tmp: Path, hosts: int, interval: float) -> Path:
@@ -351,9 +457,15 @@ def fmt(v: float, spec: str = "{:.2f}") -> str:
     return "n/a" if v != v else spec.format(v)
 
 
+def first_cpu(r: Run) -> str:
+    if r.first_cpu_s != r.first_cpu_s:
+        return ""
+    return f" (CPU-s until then: console {r.first_cpu_s:.2f}, hosts' sshds {fmt(r.first_hosts_cpu_s)})"
+
+
 def emit(r: Run) -> Run:
     print(f"  {r.mode:>13} {r.hosts:>5} hosts: CPU {fmt(r.cpu_s_min)} s/min, RSS {fmt(r.rss_mib, '{:.0f}')} MiB, "
-          f"first {fmt(r.first_s)} s, p99 age {fmt(r.p99_age_s)} s ({len(r.ages)} ages), "
+          f"first {fmt(r.first_s)} s{first_cpu(r)}, p99 age {fmt(r.p99_age_s)} s ({len(r.ages)} ages), "
           f"tick {fmt(r.tick_s, '{:.3f}')} s, "
           f"quit {fmt(r.quit_s)} s, load {load()}{' ' + r.note.strip() if r.note else ''}", flush=True)
     return r
@@ -376,6 +488,9 @@ def table(rows: list[Run]) -> None:
             cells.append(f"{v} ({fmt(getattr(b, key), spec)})" if b is not None and r is not b else v)
         print(f"{r.mode:>13} {r.hosts:>5} " + " ".join(f"{c:>20}" for c in cells))
     print("(in brackets: the same figure at 2 hosts, this run)")
+    for r in rows:
+        if r.mode == "demo-tui":
+            print(f"two-host demo idle CPU-s/min: {fmt(r.cpu_s_min)} (the issue's bar: <= 1)")
 
 
 def main() -> int:
@@ -393,8 +508,16 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8, help="GPUs per synthetic host")
     ap.add_argument("--sources", choices=("gpu", "all"), default="gpu",
                     help="SSH hosts: GPU source only (as the issue measured) or also the training tail")
+    ap.add_argument("--demo", action="store_true",
+                    help="first the two-host demo lab (torchrun, SGLang simulator, Python GPU double) idle, TUI")
+    ap.add_argument("--profile", help="cProfile each TUI console over the window; stats to FILE.<mode>-<N>")
+    ap.add_argument("--size", default="200x50", help="the TUI's terminal size, COLSxROWS")
+    ap.add_argument("--host-rc", action="store_true",
+                    help="SSH hosts: keep the login shell's rc files (~/.bashrc) for each session")
     ap.add_argument("--src", help="run the console from this source tree (PYTHONPATH), e.g. an old checkout")
     args = ap.parse_args()
+    if not re.fullmatch(r"\d+x\d+", args.size):
+        ap.error(f"--size {args.size}: expected COLSxROWS, e.g. 200x50")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     sizes = [int(x) for x in args.n.split(",") if x.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-fleet-"))
@@ -403,15 +526,19 @@ def main() -> int:
     rows: list[Run] = []
     lab: Lab | None = None
     try:
+        if args.demo:
+            tmux("new-session", "-d", "-s", "keep", "sleep 86400")
+            rows.append(emit(demo_run(tmp, args)))
         ssh_modes = [m for m in modes if m in ("tui", "headless")]
         if ssh_modes:
-            lab = ssh_lab(tmp, args.gpus)
-            if "tui" in ssh_modes:
+            lab = ssh_lab(tmp, args.gpus, args.host_rc)
+            if "tui" in ssh_modes and not args.demo:
                 tmux("new-session", "-d", "-s", "keep", "sleep 86400")
             for n in [2, *sizes]:
                 for mode in ssh_modes:
                     cfg = ssh_config(lab, tmp, n, args.interval)
-                    rows.append(emit(run_headless(cfg, n, args) if mode == "headless" else run_tui(cfg, n, args)))
+                    rows.append(emit(run_headless(cfg, n, args) if mode == "headless"
+                                     else run_tui(cfg, n, args, lab=lab)))
         if "prom" in modes:
             rows.extend(prom_runs(tmp, [int(x) for x in args.prom_n.split(",") if x.strip()], args))
     finally:

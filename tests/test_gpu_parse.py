@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from specconsole.formats import nvidia_smi as nvidia_smi_format
 from specconsole.formats.nvidia_smi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -180,3 +181,27 @@ def test_classify_other_errors_keep_the_first_line():
     assert state is GpuState.ERROR and "h5" in msg and "without an exit status" in msg
     state, msg = classify_failure(-9, "", "h6")
     assert state is GpuState.ERROR and msg.endswith("exited -9: no output")
+
+
+@pytest.mark.parametrize("cells", [
+    ["0", "GPU-1", "NVIDIA H200", "57", "12", "20480", "143771", "345.67", "700.00", "55", "1980", "P0"],
+    ["1", "GPU-1", "NVIDIA H200", " 57", "12", "20480", "143771", "345.67", "700.00", "55", "1980", "P0"],
+    ["2", "GPU-1", "NVIDIA H200", "57 %", "12", "20480 MiB", "143771", "345.67 W", "700.00", "55", "1980", "P0"],
+    ["3", "GPU-1", "NVIDIA H200", "[N/A]", "12", "", "143771", "[Not Supported]", "700.00", "55", "1980", "P0"],
+    ["4", "GPU-1", "NVIDIA H200", "1.", "12", ".5", "1e3", "nan", "inf", "5_0", "-1", "[N/A]"],
+    ["5", "[N/A]", "NVIDIA, H200", "57", "12", "20480", "143771", "345.67", "700.00", "55", "1980", "P0 "],
+    ["²", "GPU-1", "NVIDIA H200", "57", "12", "20480", "143771", "345.67", "700.00", "55", "1980", "P0"],
+])
+def test_plain_row_fast_path_reads_what_the_general_path_reads(cells):
+    """parse_gpu_line reads plain rows in one pass; every row reads as the general path reads it."""
+    line = ", ".join(cells) + "\r\n"
+    fast = nvidia_smi_format._parse_plain_gpu_line(line, QUERY_GPU_FIELDS)
+    try:
+        general = nvidia_smi_format._parse_general_gpu_line(line, QUERY_GPU_FIELDS)
+    except (GpuParseError, ValueError) as err:
+        assert fast is None, err
+        return
+    assert fast is None or fast == general
+    assert parse_gpu_line(line) == general
+    if cells[0] == "0":
+        assert fast is not None  # the common row does take the fast path

@@ -202,3 +202,18 @@ async def test_a_short_batch_is_published_after_the_quiet_period() -> None:
     # the short batch went out once the stream was quiet for quiet_s (0.05 s), not when the next
     # burst started (0.5 s later): the deadline is a loop timer, so this holds under any load
     assert stream.burst_started[1] < batches[1] < stream.burst_started[2]
+
+
+async def test_first_readings_are_published_once_processes_are_known_not_a_batch_later() -> None:
+    src = NvidiaSmiSource(LocalHost(HostConfig(name="box", role="train")), GpuConfig(interval_s=1.0))
+    src._apps_running = True
+    src._apps_started_at = time.monotonic()  # the compute-apps stream just started: silence so far
+    published: list[Sample[GpuSnapshot]] = []
+    stream = Lines([[row(i, 50) for i in range(8)]], pause_s=0.0)
+    batcher_task = asyncio.ensure_future(src._consume_gpus(stream, published.append))
+    await asyncio.sleep(0.5)
+    assert published == []  # processes not known yet: the readings wait
+    await asyncio.sleep(1.4)  # 1.5 intervals of silence from the apps stream: "no processes"
+    assert [len(s.value.gpus) for s in published] == [8]
+    assert published[0].value.processes == ()
+    await batcher_task

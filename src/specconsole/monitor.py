@@ -167,9 +167,9 @@ class HostMonitor:
         stream over it at once). Never swallows a cancellation of its own: bound it from outside."""
         self._stopping = True
         tasks, self._tasks = self._tasks, []
+        closing = asyncio.ensure_future(self.host.close())  # first: the streams see the host closing
         for task in tasks:
             task.cancel()
-        closing = asyncio.ensure_future(self.host.close())
         try:
             await asyncio.wait([*tasks, closing])
         finally:

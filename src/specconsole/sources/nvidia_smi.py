@@ -94,6 +94,9 @@ class NvidiaSmiSource:
         self._apps_last_line: float | None = None
         self._apps_started_at: float | None = None
         self._run_started = time.monotonic()
+        #: the first readings while processes are not known yet, and the timer that publishes them
+        self._held: tuple[tuple[GpuReading, ...], tuple[int, ...], float, Publish[GpuSnapshot]] | None = None
+        self._held_timer: asyncio.TimerHandle | None = None
 
     def _apps_known(self) -> bool:
         """Whether the process list means something yet: the apps stream printed a burst, or has
@@ -118,6 +121,7 @@ class NvidiaSmiSource:
             await self._run_gpus(publish)
         finally:
             apps.cancel()
+            self._drop_held()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await apps
 
@@ -145,6 +149,7 @@ class NvidiaSmiSource:
                 backoff.reset()
             snap = error_snapshot(state, message)
             self.last = snap
+            self._drop_held()  # readings held from the stream that ended are not news
             log.info("%s", message)
             delay = backoff.next()
             publish(Sample(snap, at=snap.at, interval=max(self.interval, delay)))
@@ -175,14 +180,53 @@ class NvidiaSmiSource:
         self._seen.update(by_index)
         self._expected = len(gpus)
         self._uuid_to_index = {g.uuid: g.index for g in gpus if g.uuid}
-        if not self._apps_known():
-            return  # the first readings wait (at most 1.5 intervals) until processes are known
+        missing = tuple(sorted(self._seen - by_index.keys()))
+        if not self._apps_known():  # the first readings wait (at most 1.5 intervals) until
+            self._hold(gpus, missing, at, publish)  # processes are known, not for the next batch
+            return
+        self._publish_snapshot(gpus, missing, at, publish)
+
+    def _publish_snapshot(self, gpus: tuple[GpuReading, ...], missing: tuple[int, ...], at: float,
+                          publish: Publish[GpuSnapshot]) -> None:
+        self._drop_held()
         snap = GpuSnapshot(
             state=GpuState.OK, gpus=gpus, processes=self._current_processes(),
-            missing=tuple(sorted(self._seen - by_index.keys())), error=None, at=at,
+            missing=missing, error=None, at=at,
         )
         self.last = snap
         publish(Sample(snap, at=at, interval=self.cfg.interval_s))
+
+    def _apps_known_in(self) -> float:
+        """Seconds until :meth:`_apps_known` turns true by silence alone."""
+        now = time.monotonic()
+        due = self._run_started + 3 * self.interval + 2
+        if self._apps_started_at is not None:
+            due = min(due, self._apps_started_at + self.apps_silence_s)
+        return max(0.0, due - now) + 0.01
+
+    def _hold(self, gpus: tuple[GpuReading, ...], missing: tuple[int, ...], at: float,
+              publish: Publish[GpuSnapshot]) -> None:
+        """Keep the latest readings until processes are known and publish them then: the first
+        sample comes 1.5 intervals after the apps stream started, not with the batch after."""
+        self._held = (gpus, missing, at, publish)
+        if self._held_timer is None:
+            self._held_timer = asyncio.get_running_loop().call_later(self._apps_known_in(), self._release_held)
+
+    def _release_held(self) -> None:
+        self._held_timer = None
+        held = self._held
+        if held is None:
+            return
+        if not self._apps_known():  # the apps stream (re)started meanwhile: its silence counts
+            self._held_timer = asyncio.get_running_loop().call_later(self._apps_known_in(), self._release_held)
+            return
+        self._publish_snapshot(*held)
+
+    def _drop_held(self) -> None:
+        self._held = None
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
 
     # -- compute-apps stream -------------------------------------------------------------------
     def _current_processes(self) -> tuple[GpuProcess, ...]:
