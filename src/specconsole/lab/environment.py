@@ -335,10 +335,12 @@ class Lab:
             "MaxStartups 64",
             "LogLevel VERBOSE",  # one "Starting session" line per remote command (bench counts them)
             f"PidFile {root / 'run' / 'sshd.pid'}",
-            # PYENV_REHASH_TIMEOUT: a login shell whose rc runs `pyenv init` (a pyenv user's
-            # machine) must not queue each lab command behind pyenv's global rehash lock
+            # SHLVL=1: bash skips ~/.bashrc for the commands sshd runs (a lab host is a clean
+            # machine; on a pyenv user's machine that rc cost ~0.2 s per command), and
+            # PYENV_REHASH_TIMEOUT: should it run `pyenv init` anyway, no command queues
+            # behind pyenv's global rehash lock
             f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}" '
-            f'PYENV_REHASH_TIMEOUT=1',
+            f'PYENV_REHASH_TIMEOUT=1 SHLVL=1',
             "",
         ]))
         py = shlex.quote(sys.executable)
