@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from specconsole import gc_tuning
 from specconsole.errors import SpecConsoleError
 from specconsole.report import iso, status_json, status_text
 from specconsole.samples import Sample
@@ -154,6 +155,7 @@ async def print_status(fleet: Fleet, *, as_json: bool, watch: bool, interval: fl
     out = write or (lambda text: print(text, flush=True))
     await fleet.start()
     statuses = await fleet.first_snapshot(timeout)
+    gc_tuning.settle()  # start-up's objects out of the collector's way
     if not watch:
         out(json.dumps(status_json(statuses), indent=2) if as_json else status_text(statuses))
         return 0 if all(s.reachable for s in statuses) else 1
