@@ -53,7 +53,8 @@ class HostStatus:
 
     @property
     def reachable(self) -> bool:
-        return self.connection.state is ConnState.CONNECTED
+        """Connected, or read through Prometheus with SSH left on demand."""
+        return self.connection.state in (ConnState.CONNECTED, ConnState.ON_DEMAND)
 
     @property
     def complete(self) -> bool:
@@ -93,6 +94,7 @@ class HostMonitor:
 
         sources: dict[str, Source[object]] = {}
         fed = self.prometheus.sources_for(self.config) if self.prometheus is not None else {}
+        self._fed: set[str] = set(fed)
         gpu = fed.get("gpu") or make_gpu_source(self.host, self.config.gpu)
         if gpu is not None:
             sources["gpu"] = gpu
@@ -141,8 +143,17 @@ class HostMonitor:
 
         return publish
 
+    @property
+    def on_demand(self) -> bool:
+        """An SSH host whose every source Prometheus feeds: no connection until one is needed."""
+        fed: set[str] = getattr(self, "_fed", set())
+        return self.config.connect == "ssh" and bool(self._sources) and set(self._sources) <= fed
+
     async def start(self) -> None:
-        await self.host.start()
+        if self.on_demand:
+            self.host.start_on_demand()
+        else:
+            await self.host.start()
         for kind, source in self._sources.items():
             self._tasks.append(asyncio.create_task(
                 self._run_source(kind, source), name=f"{self.config.name}-{kind}"))
@@ -217,6 +228,11 @@ class Fleet:
     async def start(self) -> None:
         for m in self.monitors.values():
             await m.start()
+        lazy = [m.config.name for m in self.monitors.values() if m.on_demand]
+        if lazy:
+            self.events.emit(f"{len(lazy)} SSH host(s) not connected at start ({', '.join(lazy[:3])}"
+                             f"{', ...' if len(lazy) > 3 else ''}): every sample of theirs comes from "
+                             "Prometheus; an action that needs one connects it first")
 
     async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop every monitor at once, in at most about ``timeout`` s at any host count: whatever
