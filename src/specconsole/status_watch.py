@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from specconsole import gc_tuning
 from specconsole.errors import SpecConsoleError
 from specconsole.report import iso, status_json, status_text
@@ -76,10 +78,30 @@ def _plain(value: Any) -> Any:
             names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(value))
         else:
             return _other(value)
-    return {name: _plain(getattr(value, name)) for name in names}
+    out = {}
+    for name in names:  # scalars inline: most fields are, and a call per field is most of the cost
+        v = getattr(value, name)
+        k = type(v)
+        if k is str or k is int or k is bool or v is None:
+            out[name] = v
+        elif k is float:
+            out[name] = v if math.isfinite(v) else None
+        else:
+            out[name] = _plain(v)
+    return out
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _dumps(value: Any) -> str:
+    """``json.dumps(jsonable(value))``: msgspec's builtins conversion (in C) when the value holds
+    no NaN or infinity (``allow_nan=False`` raises then) and nothing msgspec does not know, else
+    :func:`_plain`, which turns those into null."""
+    try:
+        return json.dumps(msgspec.to_builtins(value, str_keys=True), allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(_plain(value))
 
 
 def _other(value: Any) -> Any:
@@ -137,11 +159,12 @@ class StatusJsonLines:
                 sample,
                 '{"at": ' + json.dumps(iso(sample.at)) + ', "age_s": ',
                 ', "interval_s": ' + json.dumps(sample.interval) + ', "stale": ',
-                ', "value": ' + json.dumps(_plain(sample.value)) + "}",
+                ', "value": ' + _dumps(sample.value) + "}",
             )
         _, head, middle, tail = cached
         stale = "true" if sample.is_stale(now) else "false"
-        return head + json.dumps(round(sample.age(now), 3)) + middle + stale + tail
+        # repr of a finite float is what json.dumps writes (an age is never NaN or infinite)
+        return head + repr(round(sample.age(now), 3)) + middle + stale + tail
 
 
 # ---------------------------------------------------------------------------- the command
