@@ -230,10 +230,12 @@ def gpu_fields(values: list[tuple[Labels, float, float]], names: HostNames,
     field when the series carry no ``__name__``)."""
     fields: GpuFields = {}
     index_of = _GPU_INDEX
+    label, resolved = names.label, names._resolved  # names(metric), its cache hit inlined
     for metric, _t, value in values:
         if value != value:  # NaN
             continue
-        host = names(metric)
+        key = metric.get(label) or metric.get("hostname") or metric.get("instance")
+        host = resolved[key] if key in resolved else names(metric)
         gpu = metric.get("gpu", "")
         index = index_of.get(gpu) if gpu in index_of else _gpu_index(metric)
         if host is None or index is None:
