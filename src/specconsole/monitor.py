@@ -83,6 +83,8 @@ class HostMonitor:
         self._last_state: ConnState | None = None
         self._last_conn: Connection | None = None
         self.samples: dict[str, Sample[object]] = {}
+        #: status() until a sample or the connection changes (redraws ask for 1,000s of hosts)
+        self._status_cache: HostStatus | None = None
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -111,6 +113,7 @@ class HostMonitor:
         return sources
 
     def _connection_changed(self, conn: Connection) -> None:
+        self._status_cache = None
         seen, self._last_conn = self._last_conn, conn
         if seen is not None and replace(seen, last_ok=conn.last_ok) == conn:
             return  # only last_ok moved (every command does that): nothing to redraw for
@@ -139,6 +142,7 @@ class HostMonitor:
     def _publisher(self, kind: str) -> Publish[object]:
         def publish(sample: Sample[object]) -> None:
             self.samples[kind] = sample
+            self._status_cache = None
             self._changed(kind)
 
         return publish
@@ -193,15 +197,19 @@ class HostMonitor:
         self.host.abort()
 
     def status(self) -> HostStatus:
+        cached = self._status_cache
+        if cached is not None and cached.connection is self.host.status:
+            return cached
         c = self.config
         address = "local"
         if c.connect == "ssh":
             address = ssh_address(c)
-        return HostStatus(
+        self._status_cache = HostStatus(
             name=c.name, role=c.role, address=address, connection=self.host.status,
             gpu=self.latest("gpu", GpuSnapshot), sglang=self.latest("sglang", SglangSnapshot),
             training=self.latest("training", TrainingProgress), expected=self.expected,
         )
+        return self._status_cache
 
     def latest(self, kind: str, value_type: type[T]) -> Sample[T] | None:
         """The newest sample of source ``kind``, if it holds a ``value_type``."""

@@ -25,7 +25,7 @@ import msgspec
 from specconsole import gc_tuning
 from specconsole.errors import SpecConsoleError
 from specconsole.report import iso, status_json, status_text
-from specconsole.samples import Sample
+from specconsole.samples import STALE_GRACE_S, Sample
 
 if TYPE_CHECKING:
     from specconsole.monitor import Fleet, HostStatus
@@ -162,9 +162,10 @@ class StatusJsonLines:
                 ', "value": ' + _dumps(sample.value) + "}",
             )
         _, head, middle, tail = cached
-        stale = "true" if sample.is_stale(now) else "false"
+        age = max(0.0, now - sample.at)  # Sample.age and is_stale, inlined (3,000 a tick)
+        stale = "true" if age > sample.interval + STALE_GRACE_S else "false"
         # repr of a finite float is what json.dumps writes (an age is never NaN or infinite)
-        return head + repr(round(sample.age(now), 3)) + middle + stale + tail
+        return head + repr(round(age, 3)) + middle + stale + tail
 
 
 # ---------------------------------------------------------------------------- the command
