@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from specconsole import __version__, paths
+from specconsole import __version__, gc_tuning, paths
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
 
@@ -295,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    gc_tuning.tune()
     if not hasattr(args, "config"):
         args.config = None
     try:

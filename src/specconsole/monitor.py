@@ -53,7 +53,8 @@ class HostStatus:
 
     @property
     def reachable(self) -> bool:
-        return self.connection.state is ConnState.CONNECTED
+        """Connected, or read through Prometheus with SSH left on demand."""
+        return self.connection.state in (ConnState.CONNECTED, ConnState.ON_DEMAND)
 
     @property
     def complete(self) -> bool:
@@ -82,6 +83,8 @@ class HostMonitor:
         self._last_state: ConnState | None = None
         self._last_conn: Connection | None = None
         self.samples: dict[str, Sample[object]] = {}
+        #: status() until a sample or the connection changes (redraws ask for 1,000s of hosts)
+        self._status_cache: HostStatus | None = None
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -93,6 +96,7 @@ class HostMonitor:
 
         sources: dict[str, Source[object]] = {}
         fed = self.prometheus.sources_for(self.config) if self.prometheus is not None else {}
+        self._fed: set[str] = set(fed)
         gpu = fed.get("gpu") or make_gpu_source(self.host, self.config.gpu)
         if gpu is not None:
             sources["gpu"] = gpu
@@ -109,6 +113,7 @@ class HostMonitor:
         return sources
 
     def _connection_changed(self, conn: Connection) -> None:
+        self._status_cache = None
         seen, self._last_conn = self._last_conn, conn
         if seen is not None and replace(seen, last_ok=conn.last_ok) == conn:
             return  # only last_ok moved (every command does that): nothing to redraw for
@@ -137,12 +142,22 @@ class HostMonitor:
     def _publisher(self, kind: str) -> Publish[object]:
         def publish(sample: Sample[object]) -> None:
             self.samples[kind] = sample
+            self._status_cache = None
             self._changed(kind)
 
         return publish
 
+    @property
+    def on_demand(self) -> bool:
+        """An SSH host whose every source Prometheus feeds: no connection until one is needed."""
+        fed: set[str] = getattr(self, "_fed", set())
+        return self.config.connect == "ssh" and bool(self._sources) and set(self._sources) <= fed
+
     async def start(self) -> None:
-        await self.host.start()
+        if self.on_demand:
+            self.host.start_on_demand()
+        else:
+            await self.host.start()
         for kind, source in self._sources.items():
             self._tasks.append(asyncio.create_task(
                 self._run_source(kind, source), name=f"{self.config.name}-{kind}"))
@@ -182,15 +197,19 @@ class HostMonitor:
         self.host.abort()
 
     def status(self) -> HostStatus:
+        cached = self._status_cache
+        if cached is not None and cached.connection is self.host.status:
+            return cached
         c = self.config
         address = "local"
         if c.connect == "ssh":
             address = ssh_address(c)
-        return HostStatus(
+        self._status_cache = HostStatus(
             name=c.name, role=c.role, address=address, connection=self.host.status,
             gpu=self.latest("gpu", GpuSnapshot), sglang=self.latest("sglang", SglangSnapshot),
             training=self.latest("training", TrainingProgress), expected=self.expected,
         )
+        return self._status_cache
 
     def latest(self, kind: str, value_type: type[T]) -> Sample[T] | None:
         """The newest sample of source ``kind``, if it holds a ``value_type``."""
@@ -217,6 +236,11 @@ class Fleet:
     async def start(self) -> None:
         for m in self.monitors.values():
             await m.start()
+        lazy = [m.config.name for m in self.monitors.values() if m.on_demand]
+        if lazy:
+            self.events.emit(f"{len(lazy)} SSH host(s) not connected at start ({', '.join(lazy[:3])}"
+                             f"{', ...' if len(lazy) > 3 else ''}): every sample of theirs comes from "
+                             "Prometheus; an action that needs one connects it first")
 
     async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop every monitor at once, in at most about ``timeout`` s at any host count: whatever

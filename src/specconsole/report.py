@@ -88,6 +88,8 @@ def status_text(statuses: list[HostStatus], now: float | None = None) -> str:
     for s in statuses:
         c = s.connection
         conn = c.state.value if c.state.value != "reconnecting" else f"reconnecting {c.attempt}"
+        if c.state.value == "on_demand":
+            conn = "via Prometheus (ssh on demand)"
         out.append(f"== {s.name} ({s.role}, {s.address}): {conn}")
         if c.last_error and not s.reachable:
             out.append(f"   error: {c.last_error}")

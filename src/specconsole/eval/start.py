@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from specconsole.errors import ConfigError, HostUnavailable
 from specconsole.eval.store import ResultStore
+from specconsole.hosts.base import ConnState
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -63,7 +64,8 @@ async def serving_endpoint(config: Config, host_name: str | None = None,
     host = make_host(cfg) if connection is None else connection
     try:
         if emit_info:
-            how = "connecting to" if own else "using the open connection to"
+            lazy = host.status.state is ConnState.ON_DEMAND  # Prometheus-fed: not connected yet
+            how = "connecting to" if own or lazy else "using the open connection to"
             emit_info(f"{how} {cfg.name} for a tunnel to {target}:{port}")
         if own:
             await host.start()

@@ -25,6 +25,9 @@ class ConnState(StrEnum):
     RECONNECTING = "reconnecting"
     DOWN = "down"
     CLOSED = "closed"
+    #: Not connected, and not needed until an action asks: every sample of the host comes from
+    #: Prometheus; the first command, stream, tunnel or wait_connected opens the connection.
+    ON_DEMAND = "on_demand"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,12 +130,25 @@ class Host(abc.ABC):
         for listener in list(self._listeners):
             listener(new)
 
+    def start_on_demand(self) -> None:
+        """Instead of :meth:`start`: connect only once something needs the host (the state
+        reads ``on_demand`` until then)."""
+        self._set_status(state=ConnState.ON_DEMAND)
+
+    async def connect_on_demand(self) -> None:
+        """Start connecting now if the host was left :meth:`start_on_demand` (else nothing)."""
+        if self._status.state is ConnState.ON_DEMAND:
+            self._set_status(state=ConnState.CONNECTING)
+            await self.start()
+
     async def wait_connected(self, timeout: float | None = None) -> bool:
-        """True once connected; False if ``timeout`` passed first. Raises
-        :class:`HostUnavailable` once the host is closed (nothing will connect it again), so
-        that a source loop ends even if its cancellation was lost on the way out."""
+        """True once connected; False if ``timeout`` passed first (a host left
+        :meth:`start_on_demand` starts connecting). Raises :class:`HostUnavailable` once the
+        host is closed (nothing will connect it again), so that a source loop ends even if its
+        cancellation was lost on the way out."""
         if self._connected.is_set():
             return True
+        await self.connect_on_demand()
         waits = [asyncio.ensure_future(self._connected.wait()), asyncio.ensure_future(self._closed.wait())]
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

@@ -325,6 +325,12 @@ class SshHost(Host):
         if self._conn is not None:
             self._conn.abort()
 
+    async def _demanded(self) -> asyncssh.SSHClientConnection:
+        """The connection, opened first if the host was left on demand."""
+        if self._status.state is ConnState.ON_DEMAND:
+            await self.wait_connected(self.config.ssh.connect_timeout_s + 2)
+        return self._require()
+
     def _require(self) -> asyncssh.SSHClientConnection:
         if self._conn is None:
             reason = f" ({self._status.last_error})" if self._status.last_error else ""
@@ -333,7 +339,7 @@ class SshHost(Host):
 
     # -- operations -----------------------------------------------------------------------
     async def run(self, cmd: Command, *, timeout: float = 30.0, input: str | None = None) -> CommandResult:
-        conn = self._require()
+        conn = await self._demanded()
         line = to_shell(cmd)
         t0 = time.monotonic()
         try:
@@ -348,7 +354,7 @@ class SshHost(Host):
 
     @contextlib.asynccontextmanager
     async def _open_stream(self, cmd: Command) -> AsyncIterator[StreamProcess]:
-        conn = self._require()
+        conn = await self._demanded()
         line = to_shell(cmd)
         try:
             proc = await conn.create_process(stdin_watchdog(cmd), encoding="utf-8", errors="replace")
@@ -364,7 +370,7 @@ class SshHost(Host):
         key = (host, port)
         if key in self._tunnels:
             return self._tunnels[key]
-        conn = self._require()
+        conn = await self._demanded()
         try:
             listener = await conn.forward_local_port("127.0.0.1", 0, host, port)
         except (asyncssh.Error, OSError) as err:

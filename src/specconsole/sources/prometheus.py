@@ -229,12 +229,26 @@ def gpu_fields(values: list[tuple[Labels, float, float]], names: HostNames,
     """``{host: {gpu index: {DCGM field: value}}}`` from a vector (``metric_name`` names the
     field when the series carry no ``__name__``)."""
     fields: GpuFields = {}
+    index_of = _GPU_INDEX
+    label, resolved = names.label, names._resolved  # names(metric), its cache hit inlined
     for metric, _t, value in values:
-        host, index = names(metric), _gpu_index(metric)
-        if host is None or index is None or math.isnan(value):
+        if value != value:  # NaN
+            continue
+        key = metric.get(label) or metric.get("hostname") or metric.get("instance")
+        host = resolved[key] if key in resolved else names(metric)
+        gpu = metric.get("gpu", "")
+        index = index_of.get(gpu) if gpu in index_of else _gpu_index(metric)
+        if host is None or index is None:
             continue
         name = metric_name or metric.get("__name__", "")
-        fields.setdefault(host, {}).setdefault(index, {})[name] = value
+        per_host = fields.get(host)
+        if per_host is None:
+            per_host = fields[host] = {}
+        per_gpu = per_host.get(index)
+        if per_gpu is None:
+            per_host[index] = {name: value}
+        else:
+            per_gpu[name] = value
     return fields
 
 
@@ -255,37 +269,49 @@ def gpu_snapshots(util: GpuFields, detail: GpuFields | None, ident: GpuIdentitie
     model."""
     out = {}
     none: dict[int, dict[str, float]] = {}
+    nothing: dict[str, float] = {}
     no_id: tuple[str | None, str | None] = (None, None)
     why = "not in Prometheus" if detail is not None else "not read yet"
     for host, gpus in util.items():
         more = detail.get(host, none) if detail is not None else none
-        readings = tuple(_reading(i, {**more.get(i, {}), **gpus[i]}, ident.get((host, i), no_id),
-                                  why) for i in sorted(gpus))
+        readings = tuple(_reading(i, more.get(i, nothing), gpus[i].get(UTIL),
+                                  ident.get((host, i), no_id), why) for i in sorted(gpus))
         out[host] = GpuSnapshot(GpuState.OK, readings, at=at)
     return out
 
 
+_GPU_INDEX: dict[str, int | None] = {}
+
+
 def _gpu_index(labels: Mapping[str, str]) -> int | None:
     gpu = labels.get("gpu", "")
-    return int(gpu) if gpu.isdigit() else None
+    index = _GPU_INDEX.get(gpu)
+    if index is None and gpu not in _GPU_INDEX:
+        index = int(gpu) if gpu.isdigit() else None
+        if len(_GPU_INDEX) < 4096:  # "0".."N": a few distinct strings in any real fleet
+            _GPU_INDEX[gpu] = index
+    return index
 
 
-def _reading(index: int, values: dict[str, float], ident: tuple[str | None, str | None],
-             why: str = "not in Prometheus") -> GpuReading:
+_DETAIL_FIELDS = len(DCGM_FIELDS) - 1  # all but utilization
+
+
+def _reading(index: int, values: Mapping[str, float], util: float | None,
+             ident: tuple[str | None, str | None], why: str = "not in Prometheus") -> GpuReading:
+    """One GPU from its detail ``values`` (DCGM field -> value) and its utilization."""
     unavailable: dict[str, str] = {}
-    if len(values) < len(DCGM_FIELDS):
+    if len(values) < _DETAIL_FIELDS or util is None:
         for metric, (attr, smi_field) in DCGM_FIELDS.items():
-            if metric not in values and attr != "memory_free_mib":
-                unavailable[smi_field] = f"[{metric} {why}]"
+            if attr == "memory_free_mib" or metric in values or (metric == UTIL and util is not None):
+                continue
+            unavailable[smi_field] = f"[{metric} {why}]"
     used, free = values.get("DCGM_FI_DEV_FB_USED"), values.get("DCGM_FI_DEV_FB_FREE")
     total = used + free if used is not None and free is not None else None
     if total is None:
         unavailable["memory.total"] = f"[DCGM_FI_DEV_FB_FREE {why}]"
-    return GpuReading(index=index, uuid=ident[0], name=ident[1],
-                      utilization_pct=values.get("DCGM_FI_DEV_GPU_UTIL"),
-                      memory_used_mib=used, memory_total_mib=total,
-                      power_draw_w=values.get("DCGM_FI_DEV_POWER_USAGE"),
-                      temperature_c=values.get("DCGM_FI_DEV_GPU_TEMP"), unavailable=unavailable)
+    return GpuReading(index, ident[0], ident[1], util, None, used, total,
+                      values.get("DCGM_FI_DEV_POWER_USAGE"), None,
+                      values.get("DCGM_FI_DEV_GPU_TEMP"), None, None, unavailable)
 
 
 def sglang_metrics(answers: list[tuple[str, list[tuple[Labels, float, float]]]],

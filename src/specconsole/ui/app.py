@@ -43,7 +43,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from specconsole import paths
+from specconsole import gc_tuning, paths
 from specconsole.config import Config, HostConfig
 from specconsole.events import Event, EventLog
 from specconsole.freshness import Staleness
@@ -330,6 +330,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
     def _mark_first_full_frame(self) -> None:
         if self.first_full_frame_at is None:
             self.first_full_frame_at = time.time()
+            gc_tuning.settle()  # start-up's objects out of the collector's way
             mark = os.environ.get("SPECCONSOLE_FIRST_FRAME_FILE")
             if mark:
                 with contextlib.suppress(OSError), open(mark, "w") as f:

@@ -158,7 +158,7 @@ def fleet_row(status: HostStatus, config: HostConfig | None, now: float, stalene
     stale = staleness.check((status.name, "host"), dated, now)
     train = status.training.value if status.training is not None else None
     sglang = _sglang_state(status)
-    util = mean_utilization(snap) if snap is not None and gpus else None
+    util, power, tokens = _derived(status, snap, gpus)
 
     age = format_age(dated.age(now)) if dated is not None else ""
     if conn.state is ConnState.DOWN:
@@ -178,9 +178,28 @@ def fleet_row(status: HostStatus, config: HostConfig | None, now: float, stalene
         state, text = "idle", f"● {age} idle"
     else:
         state, text = "ok", f"● {age}"
+    return FleetRow(status, state, text, util, power, tokens, train.fraction if train is not None else None)
+
+
+#: host -> (its samples, (util, power, tokens) worked out from them): a host's samples change
+#: every few seconds, its row is asked for every redraw (1,000 hosts at 1 s).
+_DERIVED: dict[str, tuple[tuple[object, object, object], tuple[float | None, ...]]] = {}
+_DERIVED_MAX = 20_000
+
+
+def _derived(status: HostStatus, snap: Any, gpus: Sequence[Any]) -> tuple[float | None, ...]:
+    """``(mean utilization, power, tokens/s)``, computed once per new sample of the host."""
+    key = (status.gpu, status.sglang, status.training)
+    cached = _DERIVED.get(status.name)
+    if cached is not None and cached[0][0] is key[0] and cached[0][1] is key[1] and cached[0][2] is key[2]:
+        return cached[1]
+    util = mean_utilization(snap) if snap is not None and gpus else None
     power = _sum([g.power_draw_w for g in gpus]) if gpus else None
     _label, _at, tokens = tokens_per_s(status)
-    return FleetRow(status, state, text, util, power, tokens, train.fraction if train is not None else None)
+    if len(_DERIVED) >= _DERIVED_MAX:
+        _DERIVED.clear()
+    _DERIVED[status.name] = (key, (util, power, tokens))
+    return util, power, tokens
 
 
 def _sglang_state(status: HostStatus) -> str:

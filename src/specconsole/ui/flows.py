@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from specconsole.actions.on_demand import connect_on_demand
 from specconsole.actions.steps import Steps, audit
 from specconsole.errors import SpecConsoleError
+from specconsole.hosts import ConnState
 
 if TYPE_CHECKING:
     from specconsole.config import HostConfig
@@ -35,7 +37,7 @@ def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | No
         app.events.emit(f"{what}: {message}", cfg.name, "error")
         app.notify(message, title=f"{what}: cannot start", severity="error", timeout=10)
         return None
-    if not host.status.up:
+    if not host.status.up and host.status.state is not ConnState.ON_DEMAND:  # on demand: connects
         message = (f"{cfg.name} is not connected ({host.status.last_error or host.status.state}); "
                    f"try again when its badge says connected")
         app.events.emit(f"{what}: {message}", cfg.name, "error")
@@ -108,6 +110,7 @@ async def kill_training_flow(app: ConsoleApp) -> None:
                     state=lambda: training_state(app, cfg.name, mine()))
     steps = Steps("kill-training", audit(app.events, also=app.action_emit), host=cfg.name)
     try:
+        await connect_on_demand(host, steps, cfg.ssh.connect_timeout_s + 2)
         plan = await find_job(host, cfg, steps, current_step=_current_step(app, cfg.name))
         if plan.empty:
             steps.done(plan.describe()[0])
@@ -136,6 +139,11 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
     app.open_action("deploy", f"Deploy to {cfg.name}", cfg.name, scroll_to="serving",
                     state=lambda: serving_state(app, cfg.name))
     steps = Steps("deploy", audit(app.events, also=app.action_emit), host=cfg.name)
+    try:
+        await connect_on_demand(host, steps, cfg.ssh.connect_timeout_s + 2)
+    except SpecConsoleError as err:
+        steps.failed(str(err))
+        return
 
     async def discover() -> list[str]:
         return await discover_algorithms(host, cfg, steps)

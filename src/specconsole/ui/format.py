@@ -105,6 +105,8 @@ def badge(conn: Connection, now: float) -> tuple[str, str]:
         return f"✖ down since {hms(conn.since)}", "bad"
     if state is ConnState.CONNECTING:
         return "… connecting", "idle"
+    if state is ConnState.ON_DEMAND:
+        return "◇ via Prometheus (ssh on demand)", "ok"
     return "■ closed", "idle"
 
 
