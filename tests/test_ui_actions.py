@@ -57,6 +57,42 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         statuses = lambda: {s.name: s for s in app.fleet.statuses()}  # noqa: E731
         await wait_for(lambda: all(s.reachable for s in statuses().values()), 90,
                        what="both hosts connected", pilot=pilot)
+        await wait_for(lambda: bool(statuses()["train"].training and statuses()["train"].training.value.step), 90,
+                       what="training steps", pilot=pilot)
+
+        # k: the plan dialog, Cancel focused; Enter cancels and nothing is killed
+        await pilot.press("k")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
+        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
+                       what="Cancel focused", pilot=pilot)
+        body = app.screen.body_text  # type: ignore[attr-defined]
+        assert "launcher" in body and "worker" in body and "GPU 0: 61000 MiB" in body
+        await pilot.press("enter")
+        await wait_for(lambda: has(events, "cancelled by the operator; nothing was changed"), 90,
+                       what="cancel", pilot=pilot)
+        launcher = action_lab.state.trainer_pid
+        assert launcher and Path(f"/proc/{launcher}").exists()
+
+        # k again, confirm: every step and command shows in the events pane
+        await pilot.press("k")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
+        # the dialog is laid out once its Cancel holds the focus: only then has the button a place to click
+        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
+                       what="Cancel focused", pilot=pilot)
+        assert await pilot.click("#confirm-button"), "the click did not reach the confirm button"
+        await wait_for(lambda: has(events, "training job stopped on train"), 90, what="the kill to finish", pilot=pilot)
+        assert has(events, f"$ kill -TERM {launcher}") and has(events, "exit 0 in")
+        # the action view stays on screen with every step and the host's state
+        panel = app.query_one(ActionPanel)
+        assert panel.display and panel.track is not None and panel.track.ok
+        steps = [r.name for r in panel.track.rows]
+        assert steps[:3] == ["find the job", "SIGTERM the launcher", "wait for the job to exit"] and "verify" in steps
+        assert panel.state_line.startswith("train: training stopped")
+        screen = app.screen_text()
+        assert "SIGTERM the launcher" in screen and "▸ train: training stopped" in screen
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not panel.display
 
         # d: the form is prefilled (window 16), its algorithms come from the host's --help; Enter moves
         # field to field and then to Plan; the plan dialog has Cancel focused
@@ -113,42 +149,5 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         assert has(events, "draft window 8 is smaller than the block size 16")
         assert server_info(action_lab)["speculative_draft_window_size"] == 16
         await pilot.press("escape")
-
-        # k (after d: the training job's start-up, importing torch, overlaps the deploy)
-        await wait_for(lambda: bool(statuses()["train"].training and statuses()["train"].training.value.step), 90,
-                       what="training steps", pilot=pilot)
-        # the plan dialog, Cancel focused; Enter cancels and nothing is killed
-        await pilot.press("k")
-        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
-        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
-                       what="Cancel focused", pilot=pilot)
-        body = app.screen.body_text  # type: ignore[attr-defined]
-        assert "launcher" in body and "worker" in body and "GPU 0: 61000 MiB" in body
-        await pilot.press("enter")
-        await wait_for(lambda: has(events, "cancelled by the operator; nothing was changed"), 90,
-                       what="cancel", pilot=pilot)
-        launcher = action_lab.state.trainer_pid
-        assert launcher and Path(f"/proc/{launcher}").exists()
-
-        # k again, confirm: every step and command shows in the events pane
-        await pilot.press("k")
-        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
-        # the dialog is laid out once its Cancel holds the focus: only then has the button a place to click
-        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
-                       what="Cancel focused", pilot=pilot)
-        assert await pilot.click("#confirm-button"), "the click did not reach the confirm button"
-        await wait_for(lambda: has(events, "training job stopped on train"), 90, what="the kill to finish", pilot=pilot)
-        assert has(events, f"$ kill -TERM {launcher}") and has(events, "exit 0 in")
-        # the action view stays on screen with every step and the host's state
-        panel = app.query_one(ActionPanel)
-        assert panel.display and panel.track is not None and panel.track.ok
-        steps = [r.name for r in panel.track.rows]
-        assert steps[:3] == ["find the job", "SIGTERM the launcher", "wait for the job to exit"] and "verify" in steps
-        assert panel.state_line.startswith("train: training stopped")
-        screen = app.screen_text()
-        assert "SIGTERM the launcher" in screen and "▸ train: training stopped" in screen
-        await pilot.press("escape")
-        await pilot.pause()
-        assert not panel.display
     audit = (tmp_path / "audit.log").read_text()
     assert "kill -TERM" in audit and "systemctl restart sglang.service" in audit
