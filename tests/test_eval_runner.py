@@ -356,7 +356,7 @@ async def test_a_status_line_at_least_every_second_between_tasks(suite: Suite) -
     with SimServer(["--speculative-algorithm", "NEXTN"], step_ms=300.0) as slow:
         client = SglangClient(slow.url, timeout_s=30)
         events, steps = _events()
-        one = Suite("one", (Task("slow_task", "say hi", max_new_tokens=40),))
+        one = Suite("one", (Task("slow_task", "say hi", max_new_tokens=20),))  # seconds: several beats
         try:
             await run_eval(client, one, steps=steps)
         finally:

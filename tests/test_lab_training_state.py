@@ -87,8 +87,8 @@ async def test_training_shows_stopped_within_2s_of_a_kill(job_lab: Lab) -> None:
     finally:
         await fleet.stop()
 
-    after = await asyncio.to_thread(status_json, job_lab)
+    # both forms of `status` at once (each is a process of its own, mostly waiting on its snapshot)
+    after, text = await asyncio.gather(asyncio.to_thread(status_json, job_lab), asyncio.to_thread(status, job_lab))
     assert after["state"] == "stopped" and after["stalled"] is False
     assert after["tokens_per_s"] is None and after["eta_s"] is None and after["step"] == outcome.step
-    text = await asyncio.to_thread(status, job_lab)
     assert f"job stopped: n/a tok/s, n/a steps/s, ETA stopped at step {outcome.step}" in text.stdout

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
-from specconsole.lab.environment import Lab
+from conftest import running_lab, wait_for
+from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.fleet import write_fleet_config, write_training_log
 from specconsole.lab.procs import alive, sessions, with_environ
 
@@ -91,9 +91,16 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
         server.kill_server()
 
 
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """Two SSH hosts for the tests that only connect to them (each ends when its remote streams have)."""
+    yield from running_lab(tmp_path_factory.mktemp("signals") / "lab", LabOptions(trainer=False, sglang=False))
+
+
 @pytest.mark.parametrize("how", ["q", "SIGTERM", "SIGINT", "SIGHUP"])
-def test_console_leaves_within_bound_and_leaves_nothing(lab_hosts: Lab, tmux: Tmux, tmp_path: Path,
+def test_console_leaves_within_bound_and_leaves_nothing(hosts: Lab, tmux: Tmux, tmp_path: Path,
                                                         how: str) -> None:
+    lab_hosts = hosts
     audit = tmp_path / "audit.log"
     config = write_fleet_config(lab_hosts, tmp_path / "fleet.toml", HOSTS, log_path=write_training_log(
         tmp_path / "train.jsonl"), audit_log=audit, state_dir=tmp_path / "state", gpu_every=4, local=True)
@@ -143,7 +150,8 @@ STATUS_HOSTS = 40
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
-def test_status_watch_stops_on_signal(lab_hosts: Lab, tmp_path: Path, name: str) -> None:
+def test_status_watch_stops_on_signal(hosts: Lab, tmp_path: Path, name: str) -> None:
+    lab_hosts = hosts
     sig = signal.Signals[name]
     config = write_fleet_config(lab_hosts, tmp_path / "fleet.toml", STATUS_HOSTS, log_path=write_training_log(
         tmp_path / "train.jsonl"), audit_log=tmp_path / "audit.log", state_dir=tmp_path / "state", gpu_every=8)
@@ -211,7 +219,8 @@ class StubbornSource:
                     raise
 
 
-async def test_fleet_stop_is_bounded_and_closes_every_connection(lab_hosts: Lab, tmp_path: Path) -> None:
+async def test_fleet_stop_is_bounded_and_closes_every_connection(hosts: Lab, tmp_path: Path) -> None:
+    lab_hosts = hosts
     from specconsole.config import load_config
     from specconsole.hosts import ConnState
     from specconsole.monitor import Fleet

@@ -8,7 +8,9 @@ plan). Asserted from the captured frames:
 * every step of both actions (as the audit log names them) appeared on screen;
 * the kill dialog's and the plan's buttons were on screen;
 * the final state lines ("train: training stopped", "serve: serving DFLASH, draft window 16,
-  healthy") were visible;
+  healthy") were visible, and SGLang's /server_info says DFLASH with window 16;
+* q quits the demo with status 0 and nothing it started is left running (the checks the full
+  scripts/tmux-smoke.sh run makes; tests/test_tmux_smoke.py runs the script with --quick);
 * the longest interval, while an action ran and no dialog was up, without a new status line in
   the action view is at most 1.5 s. When that bar is missed and the action's own event timeline
   (the audit log) was just as silent there, the silence is the emitter's (the deploy agent's and
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +166,23 @@ def audit_steps(audit: Path) -> tuple[dict[str, list[str]], list[float]]:
     return steps, sorted(times)
 
 
+def demo_processes(needle: str, skip: set[int]) -> list[str]:
+    """Processes (besides ours, ``skip`` and the tmux server, whose command line holds the session's)
+    whose command line names ``needle``, the demo's folder."""
+    skip = skip | {os.getpid()}
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in skip:
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if needle in cmd and Path(cmd.split(" ", 1)[0]).name != "tmux":
+            found.append(f"{d.name} {cmd[:160]}")
+    return found
+
+
 def timeline_gap(times: list[float], start: float, end: float) -> float:
     """The longest silence of the event timeline overlapping [start, end]."""
     inside = [start] + [t for t in times if start < t < end] + [end]
@@ -197,6 +217,7 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
 
     tmux("new-session", "-d", "-s", "story", "-x", str(WIDTH), "-y", str(HEIGHT),
          f"{exe} demo --dir {lab} --sglang-startup 1; echo DEMO-EXITED $?; sleep 600")
+    pane = int(tmux("display-message", "-p", "-t", "story", "#{pane_pid}").strip() or 0)
     rec = Recorder(tmux, "story")
     rec.start()
     try:
@@ -224,16 +245,30 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
         final = rec.wait_for(lambda f: "▸ serve: serving DFLASH, draft window 16, healthy" in f.text
                              and (p := f.panel()) is not None and p[1] == "done", "the deploy's final state line",
                              300)
+        # the deploy really happened: SGLang itself says DFLASH with window 16
+        port = json.loads((lab / "state.json").read_text())["sglang_port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=10) as answer:
+            info = json.loads(answer.read())
+        running = demo_processes(str(lab), skip={pane})  # what the check after q would find now
     finally:
         rec.stopped.set()
         rec.join(5)
         keys("q")
         deadline = time.time() + 60
-        while time.time() < deadline and "DEMO-EXITED" not in tmux("capture-pane", "-p", "-t", "story"):
+        while time.time() < deadline and "DEMO-EXITED" not in (exited := tmux("capture-pane", "-p", "-t", "story")):
             time.sleep(0.5)
+        left = demo_processes(str(lab), skip={pane})
+        deadline = time.time() + 5  # the last of them may still be on its way out
+        while left and "DEMO-EXITED" in exited and time.time() < deadline:
+            time.sleep(0.2)
+            left = demo_processes(str(lab), skip={pane})
         tmux("kill-server")
         subprocess.run([str(exe), "lab", "down", "--dir", str(lab)], capture_output=True, timeout=120)
 
+    assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_window_size"] == 16, info
+    # q quits cleanly and the demo takes down everything it started
+    assert "DEMO-EXITED 0" in exited, exited
+    assert running and not left, f"processes of the demo still running after q: {left}"
     assert "Cancel" in dialog.text and "Cancel" in plan.text and "Deploy and restart" in plan.text
     assert "▸ serve: serving DFLASH, draft window 16, healthy" in final.text
 
