@@ -2,9 +2,11 @@
 
 A log alone cannot tell a stopped job from a slow one (the last tokens/s stays on screen until
 the stall warning, minutes later). :class:`JobWatch` checks the processes instead, cheaply: once
-the launcher is located (pid file, unit or pattern, as configured), each poll is one
-``ps -o pid=,stat= -p PIDS``; while nothing runs it locates again every few seconds, or at once
-when new log lines arrive (a restarted job).
+the launcher is located (pid file, unit or pattern, as configured), one long-lived command on
+the host runs ``ps -o pid=,stat= -p PIDS`` every interval and prints the live pids only when they
+change (:data:`WATCH_PIDS`): a steady job costs the console no command and no packet a second.
+While nothing runs it locates again every few seconds, or at once when new log lines arrive
+(a restarted job).
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ if TYPE_CHECKING:
     from specconsole.sources.training_progress import TrainingProgress
 
 JobState = Literal["running", "stopped", "unknown"]
+
+#: ``sh -c WATCH_PIDS watch-pids INTERVAL PID...``: ``alive: PIDS`` (zombies count as gone) at
+#: start and whenever the set changes; exits once none is left.
+WATCH_PIDS = r"""interval=$1; shift; pids=$(echo "$@" | tr ' ' ,); last=x
+while :; do
+  now=$(ps -o pid=,stat= -p "$pids" 2>/dev/null | awk '$2 !~ /^Z/ {printf "%s ", $1}')
+  if [ "$now" != "$last" ]; then echo "alive: $now"; last=$now; fi
+  [ -z "$now" ] && exit 0
+  sleep "$interval"
+done"""
 
 
 class JobWatch:
@@ -69,10 +81,7 @@ class JobWatch:
             await self.host.wait_connected()
             try:
                 if self.pids:
-                    left = await self._alive(self.pids)
-                    if left:
-                        self._set("running", f"pid(s) {', '.join(map(str, left))}", changed)
-                    else:
+                    if await self._follow(self.pids, changed):
                         self._set("stopped", f"no process of the job is left (pid(s) "
                                              f"{', '.join(map(str, self.pids))} ended)", changed)
                         self.pids = []
@@ -103,10 +112,19 @@ class JobWatch:
         workers = [p.pid for p in descendants(procs, launchers) if not p.zombie]
         return [*launchers, *workers]
 
-    async def _alive(self, pids: list[int]) -> list[int]:
-        from specconsole.actions.kill import alive_pids
-
-        return await alive_pids(self.host, pids)
+    async def _follow(self, pids: list[int], changed: Callable[[], None]) -> bool:
+        """Follow ``pids`` through :data:`WATCH_PIDS` until none is left (True) or the watch
+        ends early, e.g. the connection dropped (False: the caller's loop checks again)."""
+        argv = ["sh", "-c", WATCH_PIDS, "specconsole-watch-pids", f"{self.interval_s:g}", *map(str, pids)]
+        async with self.host.stream(argv) as proc:
+            async for line in proc.lines():
+                if not line.startswith("alive:"):
+                    continue
+                left = [int(p) for p in line.removeprefix("alive:").split() if p.isdigit()]
+                if not left:
+                    return True
+                self._set("running", f"pid(s) {', '.join(map(str, left))}", changed)
+        return False
 
     def _set(self, state: JobState, detail: str, changed: Callable[[], None]) -> None:
         if (state, detail) != (self.state, self.detail):
