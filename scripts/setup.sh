@@ -4,7 +4,8 @@
 #        sudo (the lab's deploy as a non-root user through sudo),
 #        prometheus (the Prometheus source's tests scrape the lab's exporter doubles)
 #   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx,
-#        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU, pytest, ruff,
+#        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU, pytest,
+#        pytest-xdist, ruff,
 #        mypy, import-linter)
 # Safe to run again: it skips what is already there.
 set -euo pipefail
