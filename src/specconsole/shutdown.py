@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 #: From the exit request until the process is gone, at most (the bar is 2 s).
 EXIT_DEADLINE_S = 1.5
@@ -42,6 +43,8 @@ BACKUP_AFTER_S = 0.3
 #: And faulthandler's C watchdog (no GIL needed: a long GC or C call cannot hold it up) ends the
 #: process this much after the deadline, whatever state it is in (exit status 1).
 HARD_AFTER_S = 0.45
+#: A forced exit that has clean-up to do (the demo stopping its lab) gets this long for it.
+CLEANUP_LIMIT_S = 30.0
 
 SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
 
@@ -105,7 +108,7 @@ class ExitGuard:
         self._state = "idle"  # -> armed -> disarmed | forcing
         self._lock = threading.RLock()  # the signal handler may interrupt the main thread holding it
         self._previous: dict[int, object] = {}
-        self._devnull: object | None = None
+        self._devnull: TextIO | None = None
         #: children that were there before (the demo's lab): a forced exit leaves them to ``cleanup``
         self.spare: frozenset[int] = frozenset()
 
@@ -205,6 +208,10 @@ class ExitGuard:
             with contextlib.suppress(Exception):
                 self.note(why)
         if self.cleanup is not None:
+            with contextlib.suppress(Exception):  # the demo stopping its lab takes a few seconds:
+                faulthandler.cancel_dump_traceback_later()  # the hard stop must not cut it short
+                out = self._devnull if self._devnull is not None else 2
+                faulthandler.dump_traceback_later(CLEANUP_LIMIT_S, exit=True, file=out)
             with contextlib.suppress(Exception):
                 self.cleanup()
         os._exit(self.code)

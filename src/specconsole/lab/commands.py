@@ -7,6 +7,7 @@ dispatches ``lab``/``demo`` here (see the import contracts in ``.importlinter``)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -17,7 +18,10 @@ from specconsole.errors import SpecConsoleError
 
 
 def _say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+    """Print one progress line; a terminal that is gone (tmux killed: EIO) must not stop the
+    demo's clean-up half way."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def add_lab_parsers(sub: Any) -> None:
