@@ -52,6 +52,15 @@ class HostStatus:
     expected: tuple[str, ...]
 
     @property
+    def samples(self) -> tuple[object, object, object]:
+        """The GPU, SGLang and training samples: the same objects until a source publishes."""
+        return (self.gpu, self.sglang, self.training)
+
+    def same_samples(self, seen: tuple[object, object, object] | None) -> bool:
+        """``seen`` (an earlier :attr:`samples`) holds these very samples: nothing new since."""
+        return seen is not None and all(a is b for a, b in zip(seen, self.samples, strict=True))
+
+    @property
     def reachable(self) -> bool:
         """Connected, or read through Prometheus with SSH left on demand."""
         return self.connection.state in (ConnState.CONNECTED, ConnState.ON_DEMAND)
@@ -85,6 +94,7 @@ class HostMonitor:
         self.samples: dict[str, Sample[object]] = {}
         #: status() until a sample or the connection changes (redraws ask for 1,000s of hosts)
         self._status_cache: HostStatus | None = None
+        self._fed: set[str] = set()  # the source kinds Prometheus feeds (set by _build_sources)
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -96,7 +106,7 @@ class HostMonitor:
 
         sources: dict[str, Source[object]] = {}
         fed = self.prometheus.sources_for(self.config) if self.prometheus is not None else {}
-        self._fed: set[str] = set(fed)
+        self._fed = set(fed)
         gpu = fed.get("gpu") or make_gpu_source(self.host, self.config.gpu)
         if gpu is not None:
             sources["gpu"] = gpu
@@ -150,8 +160,7 @@ class HostMonitor:
     @property
     def on_demand(self) -> bool:
         """An SSH host whose every source Prometheus feeds: no connection until one is needed."""
-        fed: set[str] = getattr(self, "_fed", set())
-        return self.config.connect == "ssh" and bool(self._sources) and set(self._sources) <= fed
+        return self.config.connect == "ssh" and bool(self._sources) and set(self._sources) <= self._fed
 
     async def start(self) -> None:
         if self.on_demand:

@@ -189,16 +189,15 @@ _DERIVED_MAX = 20_000
 
 def _derived(status: HostStatus, snap: Any, gpus: Sequence[Any]) -> tuple[float | None, ...]:
     """``(mean utilization, power, tokens/s)``, computed once per new sample of the host."""
-    key = (status.gpu, status.sglang, status.training)
     cached = _DERIVED.get(status.name)
-    if cached is not None and cached[0][0] is key[0] and cached[0][1] is key[1] and cached[0][2] is key[2]:
+    if cached is not None and status.same_samples(cached[0]):
         return cached[1]
     util = mean_utilization(snap) if snap is not None and gpus else None
     power = _sum([g.power_draw_w for g in gpus]) if gpus else None
     _label, _at, tokens = tokens_per_s(status)
     if len(_DERIVED) >= _DERIVED_MAX:
         _DERIVED.clear()
-    _DERIVED[status.name] = (key, (util, power, tokens))
+    _DERIVED[status.name] = (status.samples, (util, power, tokens))
     return util, power, tokens
 
 

@@ -85,11 +85,9 @@ class History:
             self.series(host, kind).prepend(pts)
 
     def record(self, status: HostStatus) -> None:
-        samples = (status.gpu, status.sglang, status.training)
-        seen = self._recorded.get(status.name)
-        if seen is not None and seen[0] is samples[0] and seen[1] is samples[1] and seen[2] is samples[2]:
+        if status.same_samples(self._recorded.get(status.name)):
             return  # nothing new since the last redraw (most hosts, most redraws)
-        self._recorded[status.name] = samples
+        self._recorded[status.name] = status.samples
         if status.gpu is not None and status.gpu.value.gpus:
             self.series(status.name, "util").add(status.gpu.at, mean_utilization(status.gpu.value))
         _label, at, value = tokens_per_s(status)
