@@ -22,4 +22,4 @@ async def connect_on_demand(host: Host, steps: Steps, timeout: float) -> None:
     if not await steps.watch(host.wait_connected(timeout), f"connecting to {host.name}"):
         why = host.status.last_error or f"no answer within {timeout:g}s"
         raise HostUnavailable(f"{host.name}: cannot connect over SSH: {why}")
-    steps.info(f"connected to {host.name}")
+    steps.info(f"connected to {host.name} in {steps.step_took():.1f}s")
