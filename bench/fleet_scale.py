@@ -84,10 +84,10 @@ for ((i = 0; i < ${#a[@]}; i++)); do
   case ${a[i]} in --query-compute-apps*) apps=1;; -lms) ms=${a[i+1]};; esac
 done
 exec 4<>"__FIFO__"
-t=$((ms / 1000)).$(printf %03d $((ms % 1000)))
+printf -v t '%d.%03d' $((ms / 1000)) $((ms % 1000))  # printf -v, not $(...): no fork
 if [ $apps = 1 ]; then while :; do read -r -t 3600 -u 4 _; done; fi
 u=()
-for ((g = 0; g < __GPUS__; g++)); do u[g]=GPU-$(printf %08d $g)-aaaa-bbbb-cccc-$(printf %012d $g); done
+for ((g = 0; g < __GPUS__; g++)); do printf -v 'u[g]' 'GPU-%08d-aaaa-bbbb-cccc-%012d' $g $g; done
 while :; do  # readings move every period, as real ones do (bash builtins only)
   for ((g = 0; g < __GPUS__; g++)); do
     p=$((RANDOM % 400 + 100)).$((RANDOM % 90 + 10))

@@ -204,7 +204,10 @@ async def test_a_short_batch_is_published_after_the_quiet_period() -> None:
     assert stream.burst_started[1] < batches[1] < stream.burst_started[2]
 
 
-async def test_first_readings_are_published_once_processes_are_known_not_a_batch_later() -> None:
+async def test_first_readings_go_out_at_once_and_again_when_processes_are_known() -> None:
+    """The first readings are not held back for the process list (the fleet view does not show
+    it): they go out marked ``processes_known=False``, and again, with the processes, as soon as
+    the apps stream's silence says "none" (1.5 intervals), not a batch later."""
     src = NvidiaSmiSource(LocalHost(HostConfig(name="box", role="train")), GpuConfig(interval_s=1.0))
     src._apps_running = True
     src._apps_started_at = time.monotonic()  # the compute-apps stream just started: silence so far
@@ -212,8 +215,21 @@ async def test_first_readings_are_published_once_processes_are_known_not_a_batch
     stream = Lines([[row(i, 50) for i in range(8)]], pause_s=0.0)
     batcher_task = asyncio.ensure_future(src._consume_gpus(stream, published.append))
     await asyncio.sleep(0.5)
-    assert published == []  # processes not known yet: the readings wait
+    assert [(len(s.value.gpus), s.value.processes_known) for s in published] == [(8, False)]
     await asyncio.sleep(1.4)  # 1.5 intervals of silence from the apps stream: "no processes"
-    assert [len(s.value.gpus) for s in published] == [8]
-    assert published[0].value.processes == ()
+    assert [(len(s.value.gpus), s.value.processes_known) for s in published] == [(8, False), (8, True)]
+    assert published[1].value.processes == ()
+    assert published[1].at == published[0].at  # the same readings, now with their processes
     await batcher_task
+
+
+def test_a_host_is_complete_once_its_gpu_processes_are_known_filled_before() -> None:
+    """One-shot ``status`` waits for :attr:`HostStatus.complete` (the process list included); the
+    fleet view, which does not show processes, counts a host as filled without it."""
+    serve = sample_statuses()[1]
+    early = dataclasses.replace(serve, gpu=Sample(dataclasses.replace(serve.gpu.value, processes_known=False),
+                                                  at=serve.gpu.at, interval=1.0))
+    assert serve.complete and serve.filled(processes=False)
+    assert not early.complete and early.filled(processes=False)
+    out = json.loads(StatusJsonLines().line([early], FROZEN_NOW))
+    assert out["hosts"][0]["gpu"]["value"]["processes_known"] is False

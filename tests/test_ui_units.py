@@ -159,3 +159,5 @@ def test_gpu_cells_never_invent_values() -> None:
     assert "#ff0000" in str(hot.style)
     dimmed = fmt.gpu_cells(r, procs, fmt.Palette(), stale=True)
     assert all(str(c.style) == "dim" for c in dimmed)
+    unknown = fmt.gpu_cells(r, None, fmt.Palette(), stale=False)  # process list not known yet
+    assert unknown[-1].plain == "…" and [c.plain for c in unknown[:-1]] == cells[:-1]

@@ -69,9 +69,17 @@ class HostStatus:
     def complete(self) -> bool:
         """Every source this host is configured for has published something meaningful: a
         training sample counts once the log's first lines arrived or the tail reported why not,
-        and the job's processes were checked (running or stopped)."""
+        and the job's processes were checked (running or stopped); GPU readings once the
+        processes using the GPUs are known."""
+        return self.filled(processes=True)
+
+    def filled(self, *, processes: bool) -> bool:
+        """:attr:`complete`, or with ``processes=False`` not waiting for the GPU process list
+        (for a view that does not show it: the fleet view)."""
         samples = {"gpu": self.gpu, "sglang": self.sglang, "training": self.training}
         if any(samples.get(kind) is None for kind in self.expected):
+            return False
+        if processes and self.gpu is not None and not self.gpu.value.processes_known:
             return False
         if "training" in self.expected and self.training is not None:
             progress = self.training.value

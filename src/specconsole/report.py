@@ -119,7 +119,9 @@ def _gpu_lines(sample: Sample[GpuSnapshot], now: float) -> list[str]:
                      f"mem {mem}, power {power}, {_num(r.temperature_c, unit='C')}")
     for idx in g.missing:
         lines.append(f"     [{idx}] MISSING (was present earlier)")
-    if g.processes:
+    if not g.processes_known:
+        lines.append("     processes: not known yet")
+    elif g.processes:
         procs = ", ".join(f"pid {p.pid} ({_num(p.used_memory_mib)} MiB)" for p in g.processes)
         lines.append(f"     processes: {procs}")
     return lines

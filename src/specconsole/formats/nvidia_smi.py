@@ -88,6 +88,9 @@ class GpuSnapshot:
     #: One-line operator message naming the host and the fix (None when state is ok).
     error: str | None = None
     at: float = 0.0
+    #: False for the first readings of a stream, published before the compute-apps stream has
+    #: said which processes run (it is silent when none do: that takes 1.5 intervals to know).
+    processes_known: bool = True
 
     @property
     def ok(self) -> bool:

@@ -56,7 +56,10 @@ class NvidiaSmiSource:
     The compute-apps stream prints one burst per iteration and nothing at all when no process
     uses a GPU, so the process list is the latest burst while its last line is less than
     1.5 intervals old, and empty after that ("no processes" is silence). Processes are mapped
-    to a GPU index through the uuids of the latest query-gpu batch.
+    to a GPU index through the uuids of the latest query-gpu batch. Readings that come before
+    the process list means anything (the apps stream's first burst, or its first 1.5 intervals
+    of silence) are published at once with ``processes_known=False``, and again with the
+    processes as soon as they are known.
 
     When the query-gpu stream ends (nvidia-smi exits, the host drops: ``HostUnavailable`` or
     the lines ending) the exit status and output are classified (:func:`classify_failure`), an
@@ -181,17 +184,18 @@ class NvidiaSmiSource:
         self._expected = len(gpus)
         self._uuid_to_index = {g.uuid: g.index for g in gpus if g.uuid}
         missing = tuple(sorted(self._seen - by_index.keys()))
-        if not self._apps_known():  # the first readings wait (at most 1.5 intervals) until
-            self._hold(gpus, missing, at, publish)  # processes are known, not for the next batch
+        if not self._apps_known():  # the first readings go out at once, marked "processes not
+            self._publish_snapshot(gpus, missing, at, publish, processes_known=False)  # known yet"
+            self._hold(gpus, missing, at, publish)  # and again as soon as processes are known
             return
         self._publish_snapshot(gpus, missing, at, publish)
 
     def _publish_snapshot(self, gpus: tuple[GpuReading, ...], missing: tuple[int, ...], at: float,
-                          publish: Publish[GpuSnapshot]) -> None:
+                          publish: Publish[GpuSnapshot], *, processes_known: bool = True) -> None:
         self._drop_held()
         snap = GpuSnapshot(
-            state=GpuState.OK, gpus=gpus, processes=self._current_processes(),
-            missing=missing, error=None, at=at,
+            state=GpuState.OK, gpus=gpus, processes=self._current_processes() if processes_known else (),
+            missing=missing, error=None, at=at, processes_known=processes_known,
         )
         self.last = snap
         publish(Sample(snap, at=at, interval=self.cfg.interval_s))
@@ -206,8 +210,8 @@ class NvidiaSmiSource:
 
     def _hold(self, gpus: tuple[GpuReading, ...], missing: tuple[int, ...], at: float,
               publish: Publish[GpuSnapshot]) -> None:
-        """Keep the latest readings until processes are known and publish them then: the first
-        sample comes 1.5 intervals after the apps stream started, not with the batch after."""
+        """Keep the latest readings until processes are known and publish them again then (1.5
+        intervals after the apps stream started, not with the batch after), with processes."""
         self._held = (gpus, missing, at, publish)
         if self._held_timer is None:
             self._held_timer = asyncio.get_running_loop().call_later(self._apps_known_in(), self._release_held)

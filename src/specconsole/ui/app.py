@@ -324,7 +324,9 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         self._flush_events()
         self._dirty.clear()
         self._refreshes += 1
-        if self.first_full_frame_at is None and statuses and all(s.complete for s in statuses.values()):
+        processes = self.fleet_nav.body_shown  # the fleet view does not show GPU processes
+        if self.first_full_frame_at is None and statuses and all(
+                s.filled(processes=processes) for s in statuses.values()):
             self.call_after_refresh(self._mark_first_full_frame)
 
     def _mark_first_full_frame(self) -> None:

@@ -165,7 +165,8 @@ def process_text(proc: Any | None, count: int) -> str:
     return f"{proc.pid} {name}{more}"
 
 
-def gpu_cells(reading: Any, processes: Sequence[Any], palette: Palette, stale: bool) -> tuple[Text, ...]:
+def gpu_cells(reading: Any, processes: Sequence[Any] | None, palette: Palette, stale: bool) -> tuple[Text, ...]:
+    """One GPU row; ``processes`` None: not known yet (the process cell reads "…")."""
     r = reading
     util = r.utilization_pct
     mem_pct = r.memory_used_pct
@@ -173,7 +174,11 @@ def gpu_cells(reading: Any, processes: Sequence[Any], palette: Palette, stale: b
     power_pct = None if power is None or not r.power_limit_w else 100.0 * power / r.power_limit_w
     mem = f"{gib(r.memory_used_mib)}/{gib(r.memory_total_mib)}" if r.memory_total_mib else gib(r.memory_used_mib)
     pw = f"{num(power)}/{num(r.power_limit_w)}" if r.power_limit_w else num(power)
-    count = sum(1 for p in processes if getattr(p, "gpu_index", None) == r.index)
+    if processes is None:
+        proc_cell = _cell("…", "dim", stale)
+    else:
+        count = sum(1 for p in processes if getattr(p, "gpu_index", None) == r.index)
+        proc_cell = _cell(process_text(top_process(processes, r.index), count), "", stale)
     return (
         _cell(str(r.index), "bold", stale, "right"),
         _cell(short_gpu_name(r.name), "", stale),
@@ -181,7 +186,7 @@ def gpu_cells(reading: Any, processes: Sequence[Any], palette: Palette, stale: b
         _cell(mem, _level(mem_pct, 90, 98, palette) if mem_pct is not None else "dim", stale, "right"),
         _cell(pw, _level(power_pct, 90, 100, palette) if power is not None else "dim", stale, "right"),
         _cell(num(r.temperature_c, unit="°C"), _level(r.temperature_c, 83, 90, palette), stale, "right"),
-        _cell(process_text(top_process(processes, r.index), count), "", stale),
+        proc_cell,
     )
 
 

@@ -196,10 +196,11 @@ class HostPane(Vertical):
     def _update_table(self, snap: Any, missing: tuple[int, ...], palette: fmt.Palette, stale: bool) -> None:
         table = self.table
         added = False
+        processes = snap.processes if snap.processes_known else None
         for reading in snap.gpus:
             self._names[reading.index] = reading.name
             added |= self._put_row(table, f"gpu-{reading.index}",
-                                   fmt.gpu_cells(reading, snap.processes, palette, stale))
+                                   fmt.gpu_cells(reading, processes, palette, stale))
         for index in missing:
             added |= self._put_row(table, f"gpu-{index}",
                                    fmt.missing_gpu_cells(index, self._names.get(index), palette))
