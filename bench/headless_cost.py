@@ -10,7 +10,8 @@ end to end, isolated so that two source trees can be compared on a busy machine.
 
 Runs whatever ``specconsole`` is importable: compare trees with
 ``PYTHONPATH=/path/to/old/src .venv/bin/python bench/headless_cost.py`` (a tree without
-``specconsole.status_watch`` is measured with its ``json.dumps(status_json(...))``).
+``specconsole.status_watch`` is measured with its ``json.dumps(status_json(...))``, one without
+``specconsole.lab.smi_stream``, the nvidia-smi stream double, with this checkout's copy).
 
 Usage: .venv/bin/python bench/headless_cost.py [--hosts 400] [--gpus 8] [--bursts 20]
 """
@@ -20,14 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib.util
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import specconsole
 from specconsole.config import GpuConfig, HostConfig
-from specconsole.hosts.base import Connection, ConnState, StreamProcess
+from specconsole.hosts.base import Connection, ConnState
 from specconsole.hosts.local import LocalHost
 from specconsole.monitor import HostStatus
 from specconsole.report import status_json
@@ -35,33 +38,25 @@ from specconsole.samples import Sample
 from specconsole.sources.gpu import GpuReading, GpuSnapshot, GpuState, NvidiaSmiSource
 
 
-def row(i: int, b: int) -> str:
-    return (f"{i}, GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}, NVIDIA H200, {(b * 7 + i) % 100}, 12, 20480, 143771, "
-            f"{300 + b % 50}.{i}5, 700.00, 55, 1980, P0")
+def smi_stream() -> Any:
+    """The in-memory nvidia-smi stream double: the measured tree's, else (a tree from before
+    ``specconsole/lab/smi_stream.py``) this checkout's copy, run against the measured tree."""
+    try:
+        from specconsole.lab import smi_stream
+    except ImportError:
+        path = Path(__file__).resolve().parents[1] / "src/specconsole/lab/smi_stream.py"
+        spec = importlib.util.spec_from_file_location("bench_smi_stream", path)
+        assert spec is not None and spec.loader is not None
+        smi_stream = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(smi_stream)
+    return smi_stream
 
 
-class Lines(StreamProcess):
-    command = "in memory"
-
-    def __init__(self, gpus: int, bursts: int, pause_s: float) -> None:
-        self.gpus, self.bursts, self.pause_s = gpus, bursts, pause_s
-
-    async def lines(self) -> AsyncIterator[str]:
-        for b in range(self.bursts):
-            for i in range(self.gpus):
-                await asyncio.sleep(0)
-                yield row(i, b)
-            await asyncio.sleep(self.pause_s)
-
-    async def wait(self) -> int | None:
-        return 0
-
-    @property
-    def stderr_text(self) -> str:
-        return ""
-
-    async def close(self) -> None:
-        pass
+def bursts_of(stream: Any, gpus: int, bursts: int) -> list[list[str]]:
+    """``bursts`` query-gpu bursts of ``gpus`` rows, utilization and power moving between bursts."""
+    return [stream.query_gpu_rows([(b * 7 + i) % 100 for i in range(gpus)],
+                                  [300 + b % 50 + (i % 10) / 10 + 0.05 for i in range(gpus)])
+            for b in range(bursts)]
 
 
 async def ingest(hosts: int, gpus: int, bursts: int) -> tuple[float, int, int]:
@@ -80,12 +75,14 @@ async def ingest(hosts: int, gpus: int, bursts: int) -> tuple[float, int, int]:
         nonlocal published
         published += 1
 
+    stream = smi_stream()
+    lines = bursts_of(stream, gpus, bursts)  # the same rows for every host, made before the clock starts
     sources = []
     for h in range(hosts):
         src = NvidiaSmiSource(LocalHost(HostConfig(name=f"h{h}", role="train")), GpuConfig(interval_s=1.0))
         src._apps_last_line = time.monotonic() + 3600  # apps known: no processes
         sources.append(src)
-    runs = [asyncio.ensure_future(s._consume_gpus(Lines(gpus, bursts, 0.05), publish)) for s in sources]
+    runs = [asyncio.ensure_future(s._consume_gpus(stream.SmiLines(lines, 0.05), publish)) for s in sources]
     await asyncio.sleep(0)
     loop.set_task_factory(counting)  # type: ignore[arg-type]
     c0 = time.process_time()

@@ -21,7 +21,7 @@ from specconsole.errors import ConfigError
 from specconsole.freshness import FRESH_BELOW, STALE_AFTER, Staleness, stale_next
 from specconsole.samples import Sample
 from specconsole.ui.app import ConsoleApp
-from specconsole.ui.fleet_rows import SORTS, fit_columns, fleet_row, order
+from specconsole.ui.fleet_rows import SORTS, DerivedCache, fit_columns, fleet_row, order
 from specconsole.ui.fleet_view import FleetTable, FleetView
 from specconsole.ui.panes import HostPane, ServingPane, TrainingPane
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
@@ -62,8 +62,8 @@ def test_staleness_remembers_each_key() -> None:
 def rows(n: int = 12, **kwargs: Any) -> list[Any]:
     config = fleet_config(n)
     by_name = {h.name: h for h in config.hosts}
-    tracker = Staleness()
-    return [fleet_row(s, by_name[s.name], NOW, tracker) for s in fleet_statuses(n, NOW, **kwargs)]
+    tracker, derived = Staleness(), DerivedCache()
+    return [fleet_row(s, by_name[s.name], NOW, tracker, derived) for s in fleet_statuses(n, NOW, **kwargs)]
 
 
 def test_worst_first_sorts_a_down_host_to_the_top() -> None:

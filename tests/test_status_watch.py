@@ -8,7 +8,6 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,8 +16,8 @@ from sample_data import FROZEN_NOW, sample_statuses
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
-from specconsole.hosts.base import StreamProcess
 from specconsole.hosts.local import LocalHost
+from specconsole.lab.smi_stream import SmiLines, query_gpu_rows
 from specconsole.report import status_json
 from specconsole.samples import Sample
 from specconsole.sources.nvidia_smi import NvidiaSmiSource
@@ -114,42 +113,6 @@ async def test_watch_needs_a_positive_interval() -> None:
 
 # ---------------------------------------------------------------------------- ingestion
 
-UUIDS = [f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(8)]
-
-
-def row(i: int, util: int) -> str:
-    return f"{i}, {UUIDS[i]}, NVIDIA H200, {util}, 12, 20480, 143771, 310.50, 700.00, 55, 1980, P0"
-
-
-class Lines(StreamProcess):
-    """nvidia-smi's stdout as the source reads it: bursts of rows, a pause between bursts."""
-
-    command = "nvidia-smi (lines in memory)"
-
-    def __init__(self, bursts: list[list[str]], pause_s: float) -> None:
-        self.bursts = bursts
-        self.pause_s = pause_s
-        self.burst_started: list[float] = []
-
-    async def lines(self) -> AsyncIterator[str]:
-        for burst in self.bursts:
-            self.burst_started.append(time.monotonic())
-            for line in burst:
-                await asyncio.sleep(0)  # each line its own read, as from a pipe
-                yield line
-            await asyncio.sleep(self.pause_s)
-
-    async def wait(self) -> int | None:
-        return 0
-
-    @property
-    def stderr_text(self) -> str:
-        return ""
-
-    async def close(self) -> None:
-        pass
-
-
 def smi_source() -> NvidiaSmiSource:
     src = NvidiaSmiSource(LocalHost(HostConfig(name="box", role="train")), GpuConfig(interval_s=0.2))
     src._apps_last_line = time.monotonic() + 3600  # the compute-apps stream "ran": no processes
@@ -159,7 +122,7 @@ def smi_source() -> NvidiaSmiSource:
 
 async def test_gpu_lines_are_batched_without_a_task_per_line() -> None:
     src = smi_source()
-    bursts = [[row(i, 10 * b + i) for i in range(8)] for b in range(6)]
+    bursts = [query_gpu_rows([10 * b + i for i in range(8)]) for b in range(6)]
     published: list[Sample[GpuSnapshot]] = []
     loop = asyncio.get_running_loop()
     created: list[Any] = []
@@ -171,7 +134,7 @@ async def test_gpu_lines_are_batched_without_a_task_per_line() -> None:
 
     loop.set_task_factory(counting)  # type: ignore[arg-type]
     try:
-        produced, junk = await src._consume_gpus(Lines(bursts, pause_s=0.12), published.append)
+        produced, junk = await src._consume_gpus(SmiLines(bursts, pause_s=0.12), published.append)
     finally:
         loop.set_task_factory(default)
     assert produced and junk == []
@@ -182,8 +145,8 @@ async def test_gpu_lines_are_batched_without_a_task_per_line() -> None:
 
 async def test_a_short_batch_is_published_after_the_quiet_period() -> None:
     src = smi_source()
-    full = [row(i, 50) for i in range(8)]
-    short = [row(i, 60) for i in range(7)]  # GPU 7 vanished
+    full = query_gpu_rows([50] * 8)
+    short = query_gpu_rows([60] * 7)  # GPU 7 vanished
     published: list[Sample[GpuSnapshot]] = []
     batches: list[Any] = []
     original = NvidiaSmiSource._publish_batch
@@ -193,7 +156,7 @@ async def test_a_short_batch_is_published_after_the_quiet_period() -> None:
         original(self, batch, at, publish)
 
     src._publish_batch = spy.__get__(src)  # type: ignore[method-assign]
-    stream = Lines([full, short, full], pause_s=0.5)
+    stream = SmiLines([full, short, full], pause_s=0.5)
     await src._consume_gpus(stream, published.append)
     # the third burst reaches 7 (the count expected now) and is published, then again with GPU 7
     # back (the source's documented way; the old reader did the same)
@@ -212,7 +175,7 @@ async def test_first_readings_go_out_at_once_and_again_when_processes_are_known(
     src._apps_running = True
     src._apps_started_at = time.monotonic()  # the compute-apps stream just started: silence so far
     published: list[Sample[GpuSnapshot]] = []
-    stream = Lines([[row(i, 50) for i in range(8)]], pause_s=0.0)
+    stream = SmiLines([query_gpu_rows([50] * 8)], pause_s=0.0)
     batcher_task = asyncio.ensure_future(src._consume_gpus(stream, published.append))
     await asyncio.sleep(0.5)
     assert [(len(s.value.gpus), s.value.processes_known) for s in published] == [(8, False)]

@@ -14,6 +14,8 @@ from specconsole.hosts.commands import Command, to_shell
 
 #: Longest line a stream may deliver (tqdm redraws joined by \r can be long).
 STREAM_LINE_LIMIT = 1 << 20
+#: Closing a stream: how long its process gets after SIGTERM before SIGKILL.
+STREAM_CLOSE_TIMEOUT_S = 3.0
 
 
 class LocalStream(StreamProcess):
@@ -57,16 +59,24 @@ class LocalStream(StreamProcess):
         return b"".join(self._stderr).decode("utf-8", "replace")
 
     async def close(self) -> None:
-        if self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self._proc.wait(), 3)
-            except TimeoutError:
+        """SIGTERM to the stream's process group, SIGKILL after :data:`STREAM_CLOSE_TIMEOUT_S`."""
+        try:
+            if self._proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._proc.pid, signal.SIGKILL)
-                await self._proc.wait()
-        self._stderr_task.cancel()
+                    os.killpg(self._proc.pid, signal.SIGTERM)
+                # asyncio.wait, not wait_for: on 3.11 wait_for loses a cancellation that arrives as
+                # the process exits (as SshStream.close does)
+                exited = asyncio.ensure_future(self._proc.wait())
+                try:
+                    await asyncio.wait([exited], timeout=STREAM_CLOSE_TIMEOUT_S)
+                finally:
+                    exited.cancel()  # a no-op once it exited
+                if self._proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self._proc.pid, signal.SIGKILL)
+                    await self._proc.wait()
+        finally:
+            self._stderr_task.cancel()
 
 
 async def _skip_line(reader: asyncio.StreamReader) -> None:
@@ -101,15 +111,19 @@ class LocalHost(Host):
         line = to_shell(cmd)
         t0 = time.monotonic()
         proc = await self._spawn(line, asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL)
+        # asyncio.wait, not wait_for: on 3.11 wait_for loses a cancellation that arrives as the
+        # command finishes (as SshStream.wait does)
+        talk = asyncio.ensure_future(proc.communicate(input.encode() if input is not None else None))
         try:
-            out, err = await asyncio.wait_for(
-                proc.communicate(input.encode() if input is not None else None), timeout
-            )
-        except TimeoutError:
+            await asyncio.wait([talk], timeout=timeout)
+        finally:
+            talk.cancel()  # a no-op once it finished
+        if not talk.done():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
             raise TimeoutError(f"{self.name}: `{line}` did not finish within {timeout:g}s") from None
+        out, err = talk.result()
         self._set_status(last_ok=time.time())
         return CommandResult(line, proc.returncode, out.decode("utf-8", "replace"),
                              err.decode("utf-8", "replace"), time.monotonic() - t0)

@@ -149,16 +149,16 @@ def _compact(n: int | None) -> str:
     return f"{n / 1000:.1f}k" if n >= 10_000 else str(n)
 
 
-def fleet_row(status: HostStatus, config: HostConfig | None, now: float, staleness: Staleness) -> FleetRow:
-    """``status`` as a row; ``staleness`` remembers each host's stale state (hysteresis)."""
+def fleet_row(status: HostStatus, config: HostConfig | None, now: float, staleness: Staleness,
+              derived: DerivedCache) -> FleetRow:
+    """``status`` as a row; ``staleness`` remembers each host's stale state (hysteresis),
+    ``derived`` its figures until its next sample."""
     conn = status.connection
-    snap = status.gpu.value if status.gpu is not None else None
-    gpus = snap.gpus if snap is not None else ()
     dated = fmt.newest(status)
     stale = staleness.check((status.name, "host"), dated, now)
     train = status.training.value if status.training is not None else None
     sglang = _sglang_state(status)
-    util, power, tokens = _derived(status, snap, gpus)
+    util, power, tokens = derived.figures(status)
 
     age = format_age(dated.age(now)) if dated is not None else ""
     if conn.state is ConnState.DOWN:
@@ -181,24 +181,53 @@ def fleet_row(status: HostStatus, config: HostConfig | None, now: float, stalene
     return FleetRow(status, state, text, util, power, tokens, train.fraction if train is not None else None)
 
 
-#: host -> (its samples, (util, power, tokens) worked out from them): a host's samples change
-#: every few seconds, its row is asked for every redraw (1,000 hosts at 1 s).
-_DERIVED: dict[str, tuple[tuple[object, object, object], tuple[float | None, ...]]] = {}
-_DERIVED_MAX = 20_000
+#: ``(mean utilization, power, tokens/s)`` of one host.
+Derived = tuple[float | None, float | None, float | None]
 
 
-def _derived(status: HostStatus, snap: Any, gpus: Sequence[Any]) -> tuple[float | None, ...]:
-    """``(mean utilization, power, tokens/s)``, computed once per new sample of the host."""
-    cached = _DERIVED.get(status.name)
-    if cached is not None and status.same_samples(cached[0]):
-        return cached[1]
-    util = mean_utilization(snap) if snap is not None and gpus else None
-    power = _sum([g.power_draw_w for g in gpus]) if gpus else None
-    _label, _at, tokens = tokens_per_s(status)
-    if len(_DERIVED) >= _DERIVED_MAX:
-        _DERIVED.clear()
-    _DERIVED[status.name] = (status.samples, (util, power, tokens))
-    return util, power, tokens
+class DerivedCache:
+    """Each host's :data:`Derived` figures, worked out once per new sample of the host: a host's
+    samples change every few seconds, its row is asked for every redraw (1,000 hosts at 1 s).
+
+    Owned by whoever draws the rows (each :class:`~specconsole.ui.fleet_view.FleetView` has its
+    own), as the app owns its :class:`~specconsole.freshness.Staleness`; :meth:`prune` forgets
+    the hosts that left the fleet.
+    """
+
+    __slots__ = ("_by_host",)
+
+    def __init__(self) -> None:
+        #: host -> (its samples when worked out, the figures)
+        self._by_host: dict[str, tuple[tuple[object, object, object], Derived]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_host)
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._by_host
+
+    def figures(self, status: HostStatus) -> Derived:
+        """``status``'s figures: the remembered ones while its samples are the same objects."""
+        cached = self._by_host.get(status.name)
+        if cached is not None and status.same_samples(cached[0]):
+            return cached[1]
+        snap = status.gpu.value if status.gpu is not None else None
+        gpus = snap.gpus if snap is not None else ()
+        util = mean_utilization(snap) if snap is not None and gpus else None
+        power = _sum([g.power_draw_w for g in gpus]) if gpus else None
+        _label, _at, tokens = tokens_per_s(status)
+        figures = (util, power, tokens)
+        self._by_host[status.name] = (status.samples, figures)
+        return figures
+
+    def prune(self, statuses: Sequence[HostStatus]) -> None:
+        """Forget the hosts not in ``statuses`` (the fleet now). Call it after asking for the
+        figures of every one of them: then each is here, and a cache no bigger than the fleet
+        has nothing to forget (one comparison per redraw)."""
+        if len(self._by_host) > len(statuses):
+            names = {s.name for s in statuses}
+            for gone in [name for name in self._by_host if name not in names]:
+                del self._by_host[gone]
 
 
 def _sglang_state(status: HostStatus) -> str:

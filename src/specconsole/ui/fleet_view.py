@@ -33,7 +33,17 @@ from textual.widgets import Input
 from specconsole.config import Config, HostConfig
 from specconsole.monitor import HostStatus
 from specconsole.ui import format as fmt
-from specconsole.ui.fleet_rows import GAP, SORTS, Column, FleetRow, fit_columns, fleet_row, order, summary_text
+from specconsole.ui.fleet_rows import (
+    GAP,
+    SORTS,
+    Column,
+    DerivedCache,
+    FleetRow,
+    fit_columns,
+    fleet_row,
+    order,
+    summary_text,
+)
 from specconsole.ui.panes import TextBlock, View
 
 if TYPE_CHECKING:
@@ -249,6 +259,7 @@ class FleetView(Vertical):
         self.sort = 0
         self.query_text = ""
         self.all_rows: list[FleetRow] = []
+        self.derived = DerivedCache()  # each host's util/power/tokens until its next sample
 
     def compose(self) -> ComposeResult:
         self.border_title = "Fleet"
@@ -274,7 +285,9 @@ class FleetView(Vertical):
 
     def rows_for(self, statuses: Sequence[HostStatus], view: View) -> list[FleetRow]:
         """Every host's row (also while the view is hidden: the summary bar counts them)."""
-        self.all_rows = [fleet_row(s, self.by_name.get(s.name), view.now, view.freshness) for s in statuses]
+        self.all_rows = [fleet_row(s, self.by_name.get(s.name), view.now, view.freshness, self.derived)
+                         for s in statuses]
+        self.derived.prune(statuses)
         return self.all_rows
 
     def show(self, view: View) -> None:
