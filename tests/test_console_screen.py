@@ -3,6 +3,7 @@ less work; the one-widget plot row keeps its colours through a theme change."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from textual.widget import Widget
 import sample_data as sd
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.console_screen import CroppingCompositor
-from specconsole.ui.panes import SummaryBar, TrainingPane
+from specconsole.ui.panes import HostPane, SummaryBar, TrainingPane
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 from specconsole.ui.widgets import PlotRow
 
@@ -26,6 +27,17 @@ def frozen_app(tmp_path: Path) -> ConsoleApp:
                      clock=lambda: now, themes=load_themes([BUNDLED_DIR]))
     sd.seed_history(app.history, now)
     return app
+
+
+#: A cursor move that writes nothing before the next move, line end or the end: Textual moves to a
+#: chop that starts exactly at a span's end and then writes none of it (``x > x2`` where its
+#: crop test is exclusive), so its output has such a move where a container behind was rendered.
+_NO_OP_MOVE = re.compile(r"\x1b\[\d+;\d+H(?=\x1b\[\d+;\d+H|\r?\n|$)")
+
+
+def _shown(text: str) -> str:
+    """What the terminal shows for ``text``: the same, less the cursor moves that write nothing."""
+    return _NO_OP_MOVE.sub("", text)
 
 
 def _update(compositor: Compositor, regions: list[Region], plain: bool, console: object) -> tuple[str, int]:
@@ -62,24 +74,33 @@ async def test_partial_updates_match_textuals_own_compositor(tmp_path: Path, siz
         plots = list(app.screen.query(PlotRow))
         summary = app.screen.query_one(SummaryBar)
         training = app.screen.query_one(TrainingPane)
+        host = app.screen.query_one(HostPane)
         cases = [
             [summary.region],  # one line at the top
             [summary.region, plots[-1].region],  # top and bottom: Textual's box spans both
             [p.region for p in plots] + [Region(training.region.x + 3, training.region.y + 2, 5, 3)],
             [Region(0, 0, size[0], size[1])],  # everything
+            [host.region],  # a whole pane, its border included
+            [Region(host.region.x, host.region.y + 1, 2, 3)],  # its border and padding only
+            [Region(host.region.x + 1, host.region.y + 2, 3, 2)],  # its padding (1 column) and a row
+            [Region(host.region.right - 2, host.region.y + 2, 4, 2)],  # its right edge and past it
+            [Region(plots[0].region.right - 3, plots[0].region.y, 8, 3)],  # a plot's end and past it
         ]
         screen = Region(0, 0, *size)
         for regions in cases:
             regions = [r.intersection(screen) for r in regions if r.intersection(screen)]
+            if not regions:  # below the fold at this size
+                continue
             ours, ours_rendered = _update(compositor, regions, plain=False, console=app.console)
             theirs, theirs_rendered = _update(compositor, regions, plain=True, console=app.console)
-            assert ours == theirs
+            assert _shown(ours) == _shown(theirs)
             assert ours_rendered <= theirs_rendered
-        # a one-line change renders far fewer widgets than Textual's whole-clip rule
+        # a one-line change renders that line's widget only, not the screen, body and pane behind
+        # it (Textual's whole-clip rule renders all of them)
         line = [plots[0].region.intersection(screen)]
         _, ours_rendered = _update(compositor, line, plain=False, console=app.console)
         _, theirs_rendered = _update(compositor, line, plain=True, console=app.console)
-        assert ours_rendered < theirs_rendered
+        assert ours_rendered == 1 < theirs_rendered
 
 
 async def test_plot_row_recolours_with_the_theme(tmp_path: Path) -> None:

@@ -7,8 +7,12 @@ screen, so one second of new samples re-rendered every pane, the eval table and 
 each for all its lines (the screen's 50, the body's 48, ...), to use a few of them.
 
 :class:`CroppingCompositor` renders, for a partial update, only the widgets whose visible part
-(region ∩ clip) overlaps a dirty region, and of each only its first to last dirty row. No
-other widget or row can show in the update: its spans lie inside the dirty regions. The terminal
+(region ∩ clip) overlaps a dirty region and is not hidden there by widgets in front of it, and
+of each only its first to last such row. No other widget or row can show in the update: its
+spans lie inside the dirty regions, and Textual paints front to back, the first render of a cell
+winning. So a container (the screen, the scroll body, a pane) whose dirty rows are all covered
+by its children is not rendered at all: one changed GPU row used to render the screen's, the
+body's and the pane's background for every row between the first and last change. The terminal
 receives the same text (``tests/test_console_screen.py`` compares it with Textual's compositor).
 """
 
@@ -42,19 +46,63 @@ class CroppingCompositor(Compositor):
         return self._dirty_renders(crop, dirty)
 
     def _dirty_renders(self, crop: Region, dirty: tuple[Region, ...]) -> Iterator[tuple[Region, Region, list[Strip]]]:
-        rows = sorted({y for region in dirty for y in region.intersection(crop).line_range})
+        spans = _row_spans(crop, dirty)  # y -> the dirty x-spans of that row
+        rows = sorted(spans)
+        covered: dict[int, list[tuple[int, int]]] = {y: [] for y in rows}  # by widgets in front
         for widget, (region, clip) in self.visible_widgets.items():  # front to back, as Textual's
             visible = region.intersection(clip)
             if not visible or not any(visible.overlaps(d) for d in dirty):
                 continue
-            # one render per widget (each costs more than a line): its first to last dirty row
-            start, end = bisect_left(rows, visible.y), bisect_left(rows, visible.bottom)
-            if start == end:
+            x0, x1 = visible.x, visible.right
+            shown: list[int] = []  # rows where part of this widget's dirty spans is not covered
+            for y in rows[bisect_left(rows, visible.y):bisect_left(rows, visible.bottom)]:
+                cover = covered[y]
+                if any(_uncovered(max(a, x0), min(b, x1), cover) for a, b in spans[y]):
+                    shown.append(y)
+                _cover(cover, x0, x1)
+            if not shown:
                 continue
-            top, bottom = rows[start], rows[end - 1] + 1
+            # one render per widget (each costs more than a line): its first to last shown row
+            top, bottom = shown[0], shown[-1] + 1
             part = Region(visible.x, top, visible.width, bottom - top)
             yield part, part, widget.render_lines(
                 Region(visible.x - region.x, top - region.y, visible.width, bottom - top))
+
+
+def _row_spans(crop: Region, dirty: tuple[Region, ...]) -> dict[int, list[tuple[int, int]]]:
+    """For each row of the dirty regions (within ``crop``), their x-spans on it."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for region in dirty:
+        part = region.intersection(crop)
+        if part:
+            span = (part.x, part.right)
+            for y in part.line_range:
+                spans.setdefault(y, []).append(span)
+    return spans
+
+
+def _uncovered(a: int, b: int, cover: list[tuple[int, int]]) -> bool:
+    """Whether some of ``[a, b)`` lies outside the sorted, disjoint spans ``cover`` (False when empty)."""
+    for c0, c1 in cover:
+        if a >= b:
+            return False
+        if c0 > a:
+            return True
+        a = max(a, c1)
+    return a < b
+
+
+def _cover(cover: list[tuple[int, int]], x0: int, x1: int) -> None:
+    """Add ``[x0, x1)`` to the sorted, disjoint spans ``cover`` (merging what touches it)."""
+    merged: list[tuple[int, int]] = []
+    for c0, c1 in cover:
+        if c1 < x0 or c0 > x1:
+            merged.append((c0, c1))
+        else:
+            x0, x1 = min(x0, c0), max(x1, c1)
+    merged.append((x0, x1))
+    merged.sort()
+    cover[:] = merged
 
 
 class ConsoleScreen(Screen[None]):
