@@ -3,7 +3,7 @@
 #   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv,
 #        sudo (the lab's deploy as a non-root user through sudo),
 #        prometheus (the Prometheus source's tests scrape the lab's exporter doubles)
-#   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx,
+#   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx, sniffio,
 #        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU, pytest,
 #        pytest-xdist, ruff,
 #        mypy, import-linter)
