@@ -44,7 +44,8 @@ from specconsole.ui.fleet_rows import (
     order,
     summary_text,
 )
-from specconsole.ui.panes import TextBlock, View
+from specconsole.ui.panes import View
+from specconsole.ui.text_block import TextBlock
 
 if TYPE_CHECKING:
     from specconsole.ui.app import ConsoleApp

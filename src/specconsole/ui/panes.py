@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar
 
 from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
-from textual.content import Content
-from textual.css.styles import RulesMap
 from textual.geometry import Size
 from textual.markup import escape
 from textual.scroll_view import ScrollView
@@ -38,6 +36,7 @@ from specconsole.ui.fleet_rows import FleetRow, summary_text
 from specconsole.ui.gpu_table import GpuTable
 from specconsole.ui.history import History, tokens_per_s
 from specconsole.ui.serving_facts import deployment_lines
+from specconsole.ui.text_block import TextBlock
 from specconsole.ui.widgets import PlotRow, scroll_bindings
 
 _BADGE_VAR = {"ok": "$success", "warn": "$warning", "bad": "$error", "idle": "$text-muted"}
@@ -53,44 +52,6 @@ class View:
     compact: bool = False
     #: each value's stale state between redraws (hysteresis: :mod:`specconsole.freshness`)
     freshness: Staleness = field(default_factory=Staleness)
-
-
-class TextBlock(Static):
-    """A Static that skips unchanged updates, and the relayout when its height cannot change.
-
-    At 1 Hz most updates are an age going from ``0.4s`` to ``1.4s``: same lines, same height, so
-    only the widget is repainted (a relayout of the whole screen costs ~20x more).
-    """
-
-    def __init__(self, text: str = "", **kwargs: Any) -> None:
-        super().__init__(text, **kwargs)
-        self._text = text
-        self._content = Content.from_markup(text)
-        self._height_at = (-1, 0)  # (width, lines) of the current text
-
-    def _lines(self, content: Content, width: int) -> int:
-        """Lines ``content`` takes at ``width`` under this widget's rules (what ``height: auto`` gives)."""
-        return content.get_height(cast("RulesMap", self.styles), width) if content.plain else 1
-
-    def set(self, text: str) -> None:
-        if text == self._text:
-            return
-        content = Content.from_markup(text)  # parsed once: the same Content is what is drawn
-        width = self.content_size.width
-        same_height = False
-        if width > 0:
-            old_width, old_lines = self._height_at
-            if old_width != width:
-                old_lines = self._lines(self._content, width)
-            lines = self._lines(content, width)
-            self._height_at = (width, lines)
-            same_height = lines == old_lines
-        self._text, self._content = text, content
-        self.update(content, layout=not same_height)
-
-    @property
-    def text(self) -> str:
-        return self._text
 
 
 W = TypeVar("W", bound=Widget)

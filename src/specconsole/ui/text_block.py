@@ -1,0 +1,127 @@
+"""A block of markup text that redraws only the lines that changed.
+
+A pane's body is a few lines of markup, set again every second: most updates change one or two
+lines (an age going from ``0.4s`` to ``1.4s``, a step counter). Textual's ``Static`` renders all
+its lines again after any update, and a relayout of the screen when its height may have changed.
+:class:`TextBlock` keeps each logical line's rendered strips (by its markup, at the widget's
+width and styles), renders only new lines, repaints only the rows whose strips changed, and asks
+for a relayout only when its height changed. Each line renders exactly as it would inside a
+``Static`` with the same styles (``text-wrap``, ``text-overflow``, ``text-align``): through
+Textual's own ``Visual.to_strips``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.content import Content
+from textual.css.styles import RulesMap
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.visual import Visual
+from textual.widget import Widget
+
+#: Rendered lines kept per block: the lines shown now and recent ones (a value that flips back).
+CACHE_LINES = 64
+
+
+class TextBlock(Widget):
+    """Markup text, set with :meth:`set`; repaints only the rows whose rendering changed."""
+
+    DEFAULT_CSS = """
+    TextBlock { height: auto; }
+    """
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._text = text
+        self._markup = text.split("\n")
+        self._rendered: dict[tuple[int, str], list[Strip]] = {}  # (line, markup) -> strips, at _key
+        self._key: int | None = None  # the width the strips were made for (None: styles changed)
+        self._strips: list[Strip] = []
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def set(self, text: str) -> None:
+        """Show ``text``; only the rows that render differently are repainted."""
+        if text == self._text:
+            return
+        old = self._strips
+        self._text, self._markup = text, text.split("\n")
+        if self._key != self.size.width:  # not drawn yet at this size, or restyled
+            self.refresh(layout=True)
+            return
+        new = self._lines()
+        if len(new) != len(old):
+            self.refresh(layout=True)
+            return
+        changed = [y for y, (a, b) in enumerate(zip(old, new, strict=True)) if a is not b]
+        if changed:
+            self.refresh(Region(0, changed[0], self.size.width, changed[-1] - changed[0] + 1))
+
+    # -- rendering ---------------------------------------------------------------------------
+    def _lines(self) -> list[Strip]:
+        """The strips of every line at the current width and styles (rendered lines reused)."""
+        width, style = self.size.width, self.visual_style
+        if self._key != width:
+            self._rendered.clear()
+            self._key = width
+        if self.text_selection is not None:  # a selection spans lines: render them together
+            self._strips = Visual.to_strips(self, self.render(), width, None, style) if width > 0 else []
+            return self._strips
+        rendered = self._rendered
+        strips: list[Strip] = []
+        for y, markup in enumerate(self._markup):
+            lines = rendered.get((y, markup))
+            if lines is None:
+                if len(rendered) >= CACHE_LINES:
+                    rendered.clear()
+                lines = Visual.to_strips(self, Content.from_markup(markup), width, None, style) if width > 0 else []
+                lines = [_at_line(strip, y) for strip in lines] or [Strip.blank(width, style.rich_style)]
+                rendered[(y, markup)] = lines
+            strips.extend(lines)
+        self._strips = strips
+        return strips
+
+    def render(self) -> Content:
+        """The whole text (what text selection and ``get_content_width`` read)."""
+        return Content.from_markup(self._text)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if width != self.size.width:  # a layout at another width: measure without keeping it
+            content = self.render()
+            return content.get_height(cast("RulesMap", self.styles), width) if content.plain else 1
+        return len(self._lines())
+
+    def render_line(self, y: int) -> Strip:
+        strips = self._strips if self._key == self.size.width else self._lines()
+        if y < len(strips):
+            return strips[y]
+        return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._key = None  # a new theme or class: render every line again
+
+    def selection_updated(self, selection: Any) -> None:
+        self._key = None  # the highlight is part of the rendered strips
+        super().selection_updated(selection)
+
+
+def _at_line(strip: Strip, y: int) -> Strip:
+    """``strip`` (rendered as line 0 of its own) as line ``y`` of the block: the ``offset`` meta
+    Textual's selection reads from each segment names the line of the whole text."""
+    if y == 0:
+        return strip
+    segments = []
+    for segment in strip:
+        text, seg_style, control = segment
+        offset = seg_style.meta.get("offset") if seg_style is not None else None
+        if offset is not None:
+            seg_style = seg_style + Style.from_meta({"offset": (offset[0], y)})  # type: ignore[operator]
+        segments.append(Segment(text, seg_style, control))
+    return Strip(segments, strip.cell_length)

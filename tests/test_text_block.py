@@ -1,0 +1,85 @@
+"""TextBlock renders as Textual's Static does, and an update renders only the lines that changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.visual import Visual
+from textual.widgets import Static
+
+from specconsole.ui.text_block import TextBlock
+
+pytestmark = pytest.mark.timeout(60)
+
+TEXT = ("[b]healthy[/]  ·  SGLang 0.5.23  ·  1.0s ago\n"
+        "algorithm DFLASH  ·  draft [i]Qwen3-8B-dflash[/]  ·  block size 16  ·  draft window 16\n"
+        "\n"
+        "running 1  ·  queued 0  ·  gen 661 tok/s")
+
+
+class Pair(App[None]):
+    CSS = """
+    Screen { layout: horizontal; }
+    TextBlock, Static { width: 30; height: auto; }
+    .nowrap { text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def __init__(self, classes: str = "") -> None:
+        super().__init__()
+        self.classes_ = classes
+
+    def compose(self) -> ComposeResult:
+        yield TextBlock(TEXT, classes=self.classes_)
+        yield Static(TEXT, classes=self.classes_)
+
+
+def _lines(widget: Any) -> list[str]:
+    return [widget.render_line(y).text for y in range(widget.size.height)]
+
+
+@pytest.mark.parametrize("classes", ["", "nowrap"])
+async def test_renders_as_static_does(classes: str) -> None:
+    app = Pair(classes)
+    async with app.run_test(size=(70, 12)) as pilot:
+        await pilot.pause()
+        block, static = app.query_one(TextBlock), app.query_one(Static)
+        assert block.size == static.size  # the same height, wrapped or not
+        assert block.size.height == 4 if classes else block.size.height > 4
+        assert _lines(block) == _lines(static)
+        for y in range(block.size.height):  # the same segments, styles included
+            assert list(block.render_line(y)) == list(static.render_line(y))
+
+
+async def test_an_update_renders_only_the_changed_line_and_a_theme_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = Pair("nowrap")
+    rendered: list[str] = []
+    original = Visual.to_strips.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Visual], widget: Any, visual: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(widget, TextBlock):
+            rendered.append(str(visual))
+        return original(cls, widget, visual, *args, **kwargs)
+
+    monkeypatch.setattr(Visual, "to_strips", classmethod(counting))
+    async with app.run_test(size=(70, 12)) as pilot:
+        await pilot.pause()
+        block = app.query_one(TextBlock)
+        rendered.clear()
+        block.set(TEXT.replace("1.0s ago", "2.0s ago"))
+        await pilot.pause()
+        assert rendered == ["healthy  ·  SGLang 0.5.23  ·  2.0s ago"]
+        assert block.render_line(0).text.startswith("healthy  ·  SGLang 0.5.23")
+        rendered.clear()
+        block.set(TEXT.replace("1.0s ago", "2.0s ago"))  # the same text: nothing to do
+        block.set(TEXT)  # back: its lines are still known
+        await pilot.pause()
+        assert rendered == []
+        block.set(TEXT + "\none more line")  # a new height: laid out again
+        await pilot.pause()
+        assert block.size.height == 5 and rendered == ["one more line"]
+        rendered.clear()
+        app.theme = "textual-light" if app.theme != "textual-light" else "nord"
+        await pilot.pause()
+        assert len(rendered) == 5  # new colours: every line rendered again
