@@ -83,3 +83,26 @@ async def test_an_update_renders_only_the_changed_line_and_a_theme_all(monkeypat
         app.theme = "textual-light" if app.theme != "textual-light" else "nord"
         await pilot.pause()
         assert len(rendered) == 5  # new colours: every line rendered again
+
+
+async def test_lines_moving_up_are_not_rendered_again_and_keep_their_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = Pair("nowrap")
+    rendered: list[str] = []
+    original = Visual.to_strips.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Visual], widget: Any, visual: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(widget, TextBlock):
+            rendered.append(str(visual))
+        return original(cls, widget, visual, *args, **kwargs)
+
+    monkeypatch.setattr(Visual, "to_strips", classmethod(counting))
+    async with app.run_test(size=(70, 12)) as pilot:
+        block, static = app.query_one(TextBlock), app.query_one(Static)
+        block.set("step 1\nstep 2\nstep 3")
+        await pilot.pause()
+        rendered.clear()
+        block.set("step 2\nstep 3\nstep 4")  # a log tail: every line moved up one row
+        static.update("step 2\nstep 3\nstep 4")
+        await pilot.pause()
+        assert rendered == ["step 4"]
+        assert [list(block.render_line(y)) for y in range(3)] == [list(static.render_line(y)) for y in range(3)]

@@ -57,9 +57,15 @@ class CroppingCompositor(Compositor):
             shown: list[int] = []  # rows where part of this widget's dirty spans is not covered
             for y in rows[bisect_left(rows, visible.y):bisect_left(rows, visible.bottom)]:
                 cover = covered[y]
-                if any(_uncovered(max(a, x0), min(b, x1), cover) for a, b in spans[y]):
-                    shown.append(y)
-                _cover(cover, x0, x1)
+                for a, b in spans[y]:
+                    a, b = max(a, x0), min(b, x1)
+                    if a < b and (not cover or _uncovered(a, b, cover)):
+                        shown.append(y)
+                        break
+                if cover:
+                    _cover(cover, x0, x1)
+                else:
+                    cover.append((x0, x1))
             if not shown:
                 continue
             # one render per widget (each costs more than a line): its first to last shown row

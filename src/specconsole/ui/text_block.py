@@ -23,7 +23,7 @@ from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
 
-#: Rendered lines kept per block: the lines shown now and recent ones (a value that flips back).
+#: Rendered lines kept per block before it forgets all but the lines shown now.
 CACHE_LINES = 64
 
 
@@ -38,7 +38,8 @@ class TextBlock(Widget):
         super().__init__(**kwargs)
         self._text = text
         self._markup = text.split("\n")
-        self._rendered: dict[tuple[int, str], list[Strip]] = {}  # (line, markup) -> strips, at _key
+        self._base: dict[str, list[Strip]] = {}  # a line's markup -> its strips as line 0, at _key
+        self._rendered: dict[tuple[int, str], list[Strip]] = {}  # (line, markup) -> its strips there
         self._key: int | None = None  # the width the strips were made for (None: styles changed)
         self._strips: list[Strip] = []
 
@@ -69,6 +70,7 @@ class TextBlock(Widget):
         width, style = self.size.width, self.visual_style
         if self._key != width:
             self._rendered.clear()
+            self._base.clear()
             self._key = width
         if self.text_selection is not None:  # a selection spans lines: render them together
             self._strips = Visual.to_strips(self, self.render(), width, None, style) if width > 0 else []
@@ -78,12 +80,17 @@ class TextBlock(Widget):
         for y, markup in enumerate(self._markup):
             lines = rendered.get((y, markup))
             if lines is None:
-                if len(rendered) >= CACHE_LINES:
-                    rendered.clear()
-                lines = Visual.to_strips(self, Content.from_markup(markup), width, None, style) if width > 0 else []
-                lines = [_at_line(strip, y) for strip in lines] or [Strip.blank(width, style.rich_style)]
-                rendered[(y, markup)] = lines
+                # a line seen at another row (a log line moving up) keeps its rendering; only
+                # the row in its selection offsets changes
+                base = self._base.get(markup)
+                if base is None:
+                    base = Visual.to_strips(self, Content.from_markup(markup), width, None, style) if width > 0 else []
+                    base = self._base[markup] = base or [Strip.blank(width, style.rich_style)]
+                lines = rendered[(y, markup)] = [_at_line(strip, y) for strip in base]
             strips.extend(lines)
+        if len(rendered) > CACHE_LINES:  # keep what is shown now
+            self._rendered = {(y, m): rendered[(y, m)] for y, m in enumerate(self._markup)}
+            self._base = {m: self._base[m] for m in self._markup}
         self._strips = strips
         return strips
 
