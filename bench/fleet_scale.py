@@ -76,7 +76,9 @@ TMUX = ["tmux", "-L", f"specconsole-fleet-bench-{os.getpid()}", "-f", "/dev/null
 #: host panes' ``0.4s ago`` / ``5.4s old`` (group 2).
 AGE = re.compile(r"(?:●|STALE) (\d+(?:\.\d+)?s|\d+m\d\ds)|(?<![\w.])(\d+(?:\.\d+)?)s (?:ago|old)\b")
 
-# A cheap nvidia-smi: the console's -lms query streams, no process per line.
+# A cheap nvidia-smi: the console's -lms query streams, no process per line, and no fork at all
+# (``printf -v``, not ``$(printf ...)``): 200 hosts' streams starting at once on this machine's
+# two cores would otherwise fork 3,400 times, charged to the first frame.
 CHEAP_SMI = r"""#!/bin/bash
 # bench/fleet_scale.py's stand-in for nvidia-smi: one burst of rows per -lms period
 ms=1000; apps=0; a=("$@")
@@ -362,7 +364,7 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
 
 def demo_run(tmp: Path, args: argparse.Namespace) -> Run:
     """The two-host demo lab (torchrun job, SGLang simulator, Python GPU double) idle in the TUI."""
-    demo = Lab(tmp / "demo", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0),
+    demo = Lab(tmp / "demo", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=args.demo_sglang_s),
                say=lambda _m: None)
     try:
         demo.up()
@@ -510,6 +512,8 @@ def main() -> int:
                     help="SSH hosts: GPU source only (as the issue measured) or also the training tail")
     ap.add_argument("--demo", action="store_true",
                     help="first the two-host demo lab (torchrun, SGLang simulator, Python GPU double) idle, TUI")
+    ap.add_argument("--demo-sglang-s", type=float, default=1.0,
+                    help="the demo's SGLang poll interval (the demo's own: 1; the product default: 2)")
     ap.add_argument("--profile", help="cProfile each TUI console over the window; stats to FILE.<mode>-<N>")
     ap.add_argument("--size", default="200x50", help="the TUI's terminal size, COLSxROWS")
     ap.add_argument("--host-rc", action="store_true",
