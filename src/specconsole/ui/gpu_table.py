@@ -52,6 +52,7 @@ class GpuTable(Widget):
         self._widths = [cell_len(label) for _key, label in self.columns]
         self._lines: dict[RowKey, tuple[object, Strip]] = {}
         self._header: tuple[object, Strip] | None = None
+        self._base: Style | None = None
         self.lines_rendered = 0
 
     def get_row(self, key: str) -> list[Text]:
@@ -92,9 +93,16 @@ class GpuTable(Widget):
         super().notify_style_update()
         self._lines.clear()
         self._header = None
+        self._base = None
+
+    def _base_style(self) -> Style:
+        """The widget's own Rich style (walks every ancestor: kept until the styles change)."""
+        if self._base is None:
+            self._base = self.rich_style
+        return self._base
 
     def _segments(self, values: Sequence[tuple[str, Style, str]], width: int) -> Strip:
-        base = self.rich_style
+        base = self._base_style()
         segments = []
         used = 0
         for (text, style, justify), col_width in zip(values, self._widths, strict=False):
@@ -104,8 +112,11 @@ class GpuTable(Widget):
             text = gap + text if justify == "right" else text + gap
             segments.append(Segment(" " * PAD + text + " " * PAD, base + style))
             used += col_width + 2 * PAD
+        if used < width:  # pad to the width (what crop_extend does, without its copies)
+            segments.append(Segment(" " * (width - used), base))
+            return Strip(segments, width)
         strip = Strip(segments, used)
-        return strip.crop_extend(0, width, base)
+        return strip if used == width else strip.crop_extend(0, width, base)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
