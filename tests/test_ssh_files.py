@@ -1,15 +1,17 @@
-"""SSH hosts share one parse of a known_hosts file and still verify every host's key."""
+"""SSH hosts share one parse of a known_hosts file (and one load of an identity file) and still
+verify every host's key."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import asyncssh
 import pytest
 
 from specconsole.errors import HostKeyError
 from specconsole.hosts.ssh import SshHost
-from specconsole.hosts.ssh_files import shared_known_hosts
+from specconsole.hosts.ssh_files import shared_client_keys, shared_known_hosts
 from specconsole.lab.environment import Lab
 from test_ssh_host import host_config
 
@@ -24,6 +26,25 @@ def test_known_hosts_is_parsed_once_until_the_file_changes(tmp_path: Path) -> No
     assert shared_known_hosts(str(known)) is not first
     with pytest.raises(FileNotFoundError) as info:
         shared_known_hosts(str(tmp_path / "absent"))
+    assert info.value.filename == str(tmp_path / "absent")
+
+
+def test_an_identity_file_is_loaded_once_until_it_or_its_certificate_changes(tmp_path: Path) -> None:
+    path = tmp_path / "id_ed25519"
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(str(path))
+    first = shared_client_keys(str(path))
+    assert [pair.public_data for pair in first] == [key.public_data]
+    assert shared_client_keys(str(path)) is first
+    other = asyncssh.generate_private_key("ssh-ed25519")
+    other.write_private_key(str(path))  # replaced: the new key is used from the next connection
+    assert [pair.public_data for pair in shared_client_keys(str(path))] == [other.public_data]
+    again = shared_client_keys(str(path))
+    cert = other.generate_user_certificate(other, "ops", principals=["root"])
+    cert.write_certificate(str(path) + "-cert.pub")  # a certificate beside it counts too
+    assert shared_client_keys(str(path)) is not again
+    with pytest.raises(FileNotFoundError) as info:
+        shared_client_keys(str(tmp_path / "absent"))
     assert info.value.filename == str(tmp_path / "absent")
 
 

@@ -27,7 +27,7 @@ from specconsole.errors import HostError, HostKeyError, HostUnavailable
 from specconsole.hosts.address import ssh_address
 from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, stdin_watchdog, to_shell
-from specconsole.hosts.ssh_files import shared_known_hosts
+from specconsole.hosts.ssh_files import shared_client_keys, shared_known_hosts
 
 #: Lost connections are "reconnecting n" for this many attempts, then "down".
 RECONNECTING_ATTEMPTS = 3
@@ -148,7 +148,10 @@ class SshHost(Host):
         opts = self._options()
         try:
             known = opts.get("known_hosts")  # parsed once for every host that names this file
-            shared = {"known_hosts": shared_known_hosts(known)} if known else {}
+            shared: dict[str, Any] = {"known_hosts": shared_known_hosts(known)} if known else {}
+            keys = opts.get("client_keys")  # and each identity file loaded once
+            if keys:
+                shared["client_keys"] = [pair for key in keys for pair in shared_client_keys(key)]
             return await asyncssh.connect(self.config.host, **{**opts, **shared})
         except asyncssh.HostKeyNotVerifiable:
             raise await self._host_key_error(opts) from None

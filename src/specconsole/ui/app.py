@@ -332,11 +332,11 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
     def _mark_first_full_frame(self) -> None:
         if self.first_full_frame_at is None:
             self.first_full_frame_at = time.time()
-            gc_tuning.settle()  # start-up's objects out of the collector's way
             mark = os.environ.get("SPECCONSOLE_FIRST_FRAME_FILE")
-            if mark:
+            if mark:  # the frame is on screen now; the collection below comes after it
                 with contextlib.suppress(OSError), open(mark, "w") as f:
                     f.write(f"{self.first_full_frame_at:.6f}\n")
+            gc_tuning.settle()  # start-up's objects out of the collector's way
 
     def watch_theme(self, name: str) -> None:
         self.palette = Palette.from_variables(self.get_css_variables())
