@@ -40,9 +40,11 @@ def _shown(text: str) -> str:
     return _NO_OP_MOVE.sub("", text)
 
 
-def _update(compositor: Compositor, regions: list[Region], plain: bool, console: object) -> tuple[str, int]:
-    """One partial update of ``regions``: the text for the terminal and how many widgets rendered."""
-    rendered: list[Widget] = []
+def _update(compositor: Compositor, regions: list[Region], plain: bool, console: object,
+            rendered: list[Widget] | None = None) -> tuple[str, int]:
+    """One partial update of ``regions``: the text for the terminal and how many widgets rendered
+    (those widgets are appended to ``rendered``)."""
+    rendered = [] if rendered is None else rendered
     for widget in compositor.visible_widgets:
         original = widget.render_lines
 
@@ -101,6 +103,16 @@ async def test_partial_updates_match_textuals_own_compositor(tmp_path: Path, siz
         _, ours_rendered = _update(compositor, line, plain=False, console=app.console)
         _, theirs_rendered = _update(compositor, line, plain=True, console=app.console)
         assert ours_rendered == 1 < theirs_rendered
+        # a row across two panes side by side: together they hide the containers behind them
+        hosts = list(app.screen.query(HostPane))
+        left, right = hosts[0].region, hosts[-1].region
+        if left.y == right.y and left.right == right.x:
+            across = [Region(left.x + 4, left.y + 3, right.right - left.x - 8, 1)]
+            rendered: list[Widget] = []
+            ours, _ = _update(compositor, across, plain=False, console=app.console, rendered=rendered)
+            theirs, _ = _update(compositor, across, plain=True, console=app.console)
+            assert _shown(ours) == _shown(theirs)
+            assert {w for w in rendered if w.children} <= set(hosts)  # no screen, body or row behind
 
 
 async def test_plot_row_recolours_with_the_theme(tmp_path: Path) -> None:

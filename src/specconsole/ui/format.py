@@ -175,7 +175,7 @@ def gpu_cells(reading: Any, processes: Sequence[Any] | None, palette: Palette, s
     mem = f"{gib(r.memory_used_mib)}/{gib(r.memory_total_mib)}" if r.memory_total_mib else gib(r.memory_used_mib)
     pw = f"{num(power)}/{num(r.power_limit_w)}" if r.power_limit_w else num(power)
     if processes is None:
-        proc_cell = _cell("…", "dim", stale)
+        proc_cell = _cell("…", "", stale)  # pending, not stale: dim is for stale rows
     else:
         count = sum(1 for p in processes if getattr(p, "gpu_index", None) == r.index)
         proc_cell = _cell(process_text(top_process(processes, r.index), count), "", stale)
