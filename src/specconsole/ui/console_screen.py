@@ -57,15 +57,9 @@ class CroppingCompositor(Compositor):
             shown: list[int] = []  # rows where part of this widget's dirty spans is not covered
             for y in rows[bisect_left(rows, visible.y):bisect_left(rows, visible.bottom)]:
                 cover = covered[y]
-                for a, b in spans[y]:
-                    a, b = max(a, x0), min(b, x1)
-                    if a < b and (not cover or _uncovered(a, b, cover)):
-                        shown.append(y)
-                        break
-                if cover:
-                    _cover(cover, x0, x1)
-                else:
-                    cover.append((x0, x1))
+                if any(_uncovered(max(a, x0), min(b, x1), cover) for a, b in spans[y]):
+                    shown.append(y)
+                _cover(cover, x0, x1)
             if not shown:
                 continue
             # one render per widget (each costs more than a line): its first to last shown row
@@ -88,7 +82,8 @@ def _row_spans(crop: Region, dirty: tuple[Region, ...]) -> dict[int, list[tuple[
 
 
 def _uncovered(a: int, b: int, cover: list[tuple[int, int]]) -> bool:
-    """Whether some of ``[a, b)`` lies outside the sorted, disjoint spans ``cover`` (False when empty)."""
+    """Whether some of ``[a, b)`` lies outside the sorted, disjoint spans ``cover`` (False when
+    ``[a, b)`` itself is empty)."""
     for c0, c1 in cover:
         if a >= b:
             return False
