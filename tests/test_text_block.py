@@ -52,17 +52,23 @@ async def test_renders_as_static_does(classes: str) -> None:
             assert list(block.render_line(y)) == list(static.render_line(y))
 
 
-async def test_an_update_renders_only_the_changed_line_and_a_theme_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    app = Pair("nowrap")
-    rendered: list[str] = []
+@pytest.fixture
+def rendered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The lines TextBlocks render (through Textual's Visual.to_strips), in order."""
+    lines: list[str] = []
     original = Visual.to_strips.__func__  # type: ignore[attr-defined]
 
     def counting(cls: type[Visual], widget: Any, visual: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(widget, TextBlock):
-            rendered.append(str(visual))
+            lines.append(str(visual))
         return original(cls, widget, visual, *args, **kwargs)
 
     monkeypatch.setattr(Visual, "to_strips", classmethod(counting))
+    return lines
+
+
+async def test_an_update_renders_only_the_changed_line_and_a_theme_all(rendered: list[str]) -> None:
+    app = Pair("nowrap")
     async with app.run_test(size=(70, 12)) as pilot:
         await pilot.pause()
         block = app.query_one(TextBlock)
@@ -85,17 +91,8 @@ async def test_an_update_renders_only_the_changed_line_and_a_theme_all(monkeypat
         assert len(rendered) == 5  # new colours: every line rendered again
 
 
-async def test_lines_moving_up_are_not_rendered_again_and_keep_their_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_lines_moving_up_are_not_rendered_again_and_keep_their_offsets(rendered: list[str]) -> None:
     app = Pair("nowrap")
-    rendered: list[str] = []
-    original = Visual.to_strips.__func__  # type: ignore[attr-defined]
-
-    def counting(cls: type[Visual], widget: Any, visual: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(widget, TextBlock):
-            rendered.append(str(visual))
-        return original(cls, widget, visual, *args, **kwargs)
-
-    monkeypatch.setattr(Visual, "to_strips", classmethod(counting))
     async with app.run_test(size=(70, 12)) as pilot:
         block, static = app.query_one(TextBlock), app.query_one(Static)
         block.set("step 1\nstep 2\nstep 3")
