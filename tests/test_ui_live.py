@@ -65,7 +65,8 @@ async def test_panes_fill_with_real_values_from_both_hosts(lab: Lab, tmp_path: P
         assert [r[0] for r in rows] == [str(i) for i in range(8)]
         assert all(r[1] == "H200" and r[2].endswith("%") and "/140.4" in r[3] for r in rows)
         # the torchrun workers hold two of the training GPUs (the double follows the real processes)
-        await wait_for(lambda: sum(r[6] != "-" for r in cell_texts(train)) >= 1, 45,
+        # ("…" is the pending cell before the compute-apps stream has answered: not a process)
+        await wait_for(lambda: sum(r[6] not in ("-", "…") for r in cell_texts(train)) >= 1, 45,
                        what="a training process", pilot=pilot)
 
         training = app.query_one(TrainingPane)
@@ -84,8 +85,12 @@ async def test_panes_fill_with_real_values_from_both_hosts(lab: Lab, tmp_path: P
         assert "last log line" in screen
         assert "connected to root@127.0.0.2" in screen  # events pane
         assert not train.has_class("-stale") and not serve.has_class("-stale")
-        # histories are per sample: a few seconds in, the utilization plot has points
-        assert len(app.history.series("train", "util").values()) >= 2
+        # histories are per sample: the utilization plot gains a point with each new reading
+        util = app.history.series("train", "util")
+        first = len(util.values())
+        assert first >= 1
+        await wait_for(lambda: len(util.values()) >= first + 2, 10, what="two more utilization points",
+                       pilot=pilot)
         summary = app.query_one(SummaryBar).render()
         assert "step " in str(summary)
         # the audit file receives the same events
