@@ -254,6 +254,52 @@ async def test_starting_and_metrics_disabled(tiny: Callable[..., TinyServer]) ->
     assert snap.error == f"{server.url}/metrics: metrics disabled: launch with --enable-metrics"
 
 
+async def test_health_is_asked_every_health_interval_while_metrics_answer(
+    tiny: Callable[..., TinyServer],
+) -> None:
+    """SGLang's /health runs a one-token generation on an idle server: while healthy, /metrics
+    is read every poll and /health asked every ``health_interval_s``. A /health that turns 503
+    shows at the next check (and then every poll asks it); a failing /metrics shows at once."""
+    codes = {"/health": 200, "/metrics": 200}
+    server = tiny({"/health": lambda: (codes["/health"], "text/plain", b""), "/server_info": ok_json(INFO),
+                   "/metrics": lambda: (codes["/metrics"], "text/plain", b"")})
+    source = SglangSource(local_host(), SglangConfig(base_url=server.url, interval_s=0.05, timeout_s=0.5,
+                                                     health_interval_s=0.6))
+    healthy = {"n": 0}
+
+    def twentieth_healthy(s: SglangSnapshot) -> bool:
+        healthy["n"] += s.state is ServerState.HEALTHY and s.metrics is not None
+        return healthy["n"] >= 20
+
+    t0 = time.monotonic()
+    await collect(source, twentieth_healthy)
+    elapsed = time.monotonic() - t0
+    assert server.hits.count("/metrics") >= 20
+    assert 1 <= server.hits.count("/health") <= 2 + elapsed / 0.6  # not one per poll
+
+    codes["/health"] = 503  # shutting down: /metrics still answers
+    samples = await collect(source, lambda s: s.state is ServerState.STARTING)
+    assert all(s.value.state is ServerState.HEALTHY for s in samples[:-1])
+    before = {path: server.hits.count(path) for path in ("/health", "/metrics")}
+    starting = {"n": 0}
+
+    def third_starting(s: SglangSnapshot) -> bool:
+        starting["n"] += s.state is ServerState.STARTING
+        return starting["n"] >= 3
+
+    await collect(source, third_starting)
+    assert server.hits.count("/health") >= before["/health"] + 3  # every poll while not healthy
+    assert server.hits.count("/metrics") == before["/metrics"]
+
+    codes["/health"] = 200
+    await collect(source, lambda s: s.state is ServerState.HEALTHY and s.metrics is not None)
+    codes["/metrics"] = 500
+    samples = await collect(source, lambda s: s.state is ServerState.ERROR)
+    assert len(samples) <= 2  # the next poll, not the next health check
+    error = samples[-1].value.error
+    assert error is not None and error.startswith(f"{server.url}/metrics answered 500")
+
+
 async def test_malformed_server_info(tiny: Callable[..., TinyServer]) -> None:
     server = tiny({"/health": HEALTH_OK,
                    "/server_info": lambda: (200, "application/json", b"<html>oops")})

@@ -88,6 +88,9 @@ class SglangConfig:
     tunnel: bool = False
     interval_s: Annotated[float, _positive("it is the time between two polls")] = 2.0
     timeout_s: Annotated[float, _positive("0 would fail every request")] = 3.0
+    #: while healthy, how often ``/health`` is asked (``/metrics`` is read every poll): SGLang's
+    #: ``/health`` runs a one-token generation on an idle server
+    health_interval_s: Annotated[float, _positive("it is the time between two health checks")] = 5.0
     draft_model_path: Text | None = None
     api_key: Text | None = None
     source: SglangSource = "auto"

@@ -57,7 +57,12 @@ class SglangSource:
     """Polls one SGLang server every ``cfg.interval_s`` and publishes SglangSnapshot samples.
 
     Each poll: ``/health``; then, when healthy, ``/server_info`` (cached; refreshed every
-    ``info_refresh_s`` and whenever the state changes) and ``/metrics``. With
+    ``info_refresh_s`` and whenever the state changes) and ``/metrics``. While the server is
+    healthy and its ``/metrics`` answers, ``/health`` is asked only every
+    ``cfg.health_interval_s``: SGLang's ``/health`` runs a one-token generation when the server
+    is idle (unless ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``), which a console polling
+    every second must not cause; a ``/metrics`` that fails is reported at once, and every poll
+    asks ``/health`` again until the server is healthy. With
     ``cfg.tunnel`` the URL's host:port is reached through ``host.reach`` (waiting for the
     host to connect first) and reached again after any failure, since a reconnect
     invalidates a tunnel. Without a tunnel the console talks to the URL directly.
@@ -79,6 +84,8 @@ class SglangSource:
         self._worker: tuple[tuple[str, str], ...] = ()
         self._worker_of: object = None  # the server start (startup_time) the worker facts belong to
         self._last_state: ServerState | None = None
+        self._health_at: float | None = None  # monotonic time of the last /health that said 200
+        self._metrics_read = False  # the last poll read /metrics
 
     async def run(self, publish: Publish[SglangSnapshot]) -> None:
         interval = max(0.05, float(self.cfg.interval_s))
@@ -109,17 +116,19 @@ class SglangSource:
             return self._snap(ServerState.ERROR, None,
                               f"{self.host.name}: cannot reach {self.cfg.base_url}: "
                               f"{one_line(exc)}")
-        try:
-            code = await client.health()
-        except SglangError as exc:
-            await self._after_failure()
-            lost = await self._host_lost()
-            return self._unreachable(lost) if lost is not None else self._failed(exc)
-        if code == 503:
-            return self._snap(ServerState.STARTING, 503, None)
+        now = time.monotonic()
+        if self._health_due(now):
+            try:
+                code = await client.health()
+            except SglangError as exc:
+                await self._after_failure()
+                lost = await self._host_lost()
+                return self._unreachable(lost) if lost is not None else self._failed(exc)
+            if code == 503:
+                return self._snap(ServerState.STARTING, 503, None)
+            self._health_at = now
         # healthy: server info (cached), metrics
         try:
-            now = time.monotonic()
             if (self._info is None or self._last_state is not ServerState.HEALTHY
                     or now - self._info_at >= self.info_refresh_s):
                 self._info = await client.server_info()
@@ -135,9 +144,17 @@ class SglangSource:
                 return self._snap(ServerState.HEALTHY, 200, str(exc), self._info)
             await self._after_failure(transport_only=True, exc=exc)
             return self._failed(exc, self._info)
-        return self._snap(ServerState.HEALTHY, 200, None, self._info, metrics)
+        snap = self._snap(ServerState.HEALTHY, 200, None, self._info, metrics)
+        self._metrics_read = True
+        return snap
 
     # -- helpers ------------------------------------------------------------------------
+    def _health_due(self, now: float) -> bool:
+        """Ask ``/health`` this poll: unless the server was healthy at the last poll, its
+        ``/metrics`` answered then, and the last ``/health`` is under ``health_interval_s`` old."""
+        return (self._last_state is not ServerState.HEALTHY or not self._metrics_read
+                or self._health_at is None or now - self._health_at >= self.cfg.health_interval_s)
+
     def _failed(self, exc: SglangError, info: ServerInfo | None = None) -> SglangSnapshot:
         """DOWN when nothing answers: refused; through a tunnel, the forward closed or reset
         at once (the far end refused); directly, closed or reset while already down. One
@@ -190,6 +207,7 @@ class SglangSource:
         if info is None:
             self._info = None  # refetch once the server answers again
         self._last_state = state
+        self._metrics_read = False
         return SglangSnapshot(state, code, error, info, metrics, time.time(),
                               self._worker if info is not None else ())
 
