@@ -51,11 +51,13 @@ class CroppingCompositor(Compositor):
         covered: dict[int, list[tuple[int, int]]] = {y: [] for y in rows}  # by widgets in front
         for widget, (region, clip) in self.visible_widgets.items():  # front to back, as Textual's
             visible = region.intersection(clip)
-            if not visible or not any(visible.overlaps(d) for d in dirty):
-                continue
+            # the dirty rows it spans (a bisect: most widgets span none), then their x-spans
+            band = rows[bisect_left(rows, visible.y):bisect_left(rows, visible.bottom)] if visible else ()
             x0, x1 = visible.x, visible.right
+            if not any(a < x1 and x0 < b for y in band for a, b in spans[y]):
+                continue
             shown: list[int] = []  # rows where part of this widget's dirty spans is not covered
-            for y in rows[bisect_left(rows, visible.y):bisect_left(rows, visible.bottom)]:
+            for y in band:
                 cover = covered[y]
                 if any(_uncovered(max(a, x0), min(b, x1), cover) for a, b in spans[y]):
                     shown.append(y)

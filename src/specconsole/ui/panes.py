@@ -22,7 +22,6 @@ from textual.markup import escape
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Static
 
 from specconsole.config import HostConfig
 from specconsole.events import Event, EventLog
@@ -435,17 +434,16 @@ class EventsPane(Vertical):
 
 # ------------------------------------------------------------------------------ summary
 
-class SummaryBar(Static):
+class SummaryBar(TextBlock):
     """One line that fits 80 columns: every host's badge, serving throughput, training step and ETA."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("specconsole", **kwargs)
-        self._text = ""
 
     def show(self, statuses: list[HostStatus], view: View, fleet: Sequence[FleetRow] | None = None) -> None:
         parts = ["[b]specconsole[/]"] if self.size.width >= 120 else []
         if fleet is not None:  # the fleet view: counts per state (a badge per host would not fit)
-            self._set(" │ ".join([*parts, summary_text(fleet)]))
+            self.set(" │ ".join([*parts, summary_text(fleet)]))
             return
         for s in statuses:
             text, state = fmt.badge(s.connection, view.now)
@@ -467,9 +465,5 @@ class SummaryBar(Static):
                 tok = f" {fmt.si(m.tokens_per_s)} tok/s" if m is not None else ""
                 acc = f" acc {fmt.num(m.spec_accept_length, '{:.2f}')}" if m is not None else ""
                 parts.append(f"[{_SGLANG_STATE_VAR.get(state, '$text-muted')}]{escape(state)}[/]{tok}{acc}")
-        self._set(" │ ".join(parts))
+        self.set(" │ ".join(parts))
 
-    def _set(self, text: str) -> None:
-        if text != self._text:
-            self._text = text
-            self.update(text, layout=False)  # one line, fixed size
