@@ -23,19 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _tools import missing  # bench/_tools.py (scripts run from bench/)
+from _tools import cpu_s, missing, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
 
-from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
 from specconsole.lab.environment import Lab, LabOptions
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int, children: bool = False) -> float:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
-    return ticks / TICK
-
 
 #: A private tmux server for the whole run (never the user's), kept up by a "keep" session:
 #: killing the last session of a server makes the next new-session race its shutdown.
@@ -83,25 +73,7 @@ def main() -> int:
         console = (cpu_s(pid) - c0) / (args.seconds / 60)
         tmux("kill-session", "-t", s)
 
-        watches = []
-        for name, h in lab.state.hosts.items():
-            ssh = (f"ssh -q -i {lab.keys / 'client_ed25519'} -o UserKnownHostsFile={lab.keys / 'known_hosts'} "
-                   f"-o BatchMode=yes -p {h.port} root@{h.address} nvidia-smi "
-                   f"--query-gpu={','.join(QUERY_GPU_FIELDS)} --format=csv,noheader,nounits")
-            ws = f"bench-watch-{name}-{os.getpid()}"
-            tmux("new-session", "-d", "-s", ws, "-x", "160", "-y", "48", f"exec watch -n1 {ssh}")
-            watches.append(ws)
-        t1 = time.monotonic()
-        while "H200" not in tmux("capture-pane", "-p", "-t", watches[0]) and time.monotonic() - t1 < 30:
-            time.sleep(0.05)
-        watch_first = time.monotonic() - t1
-        time.sleep(3)
-        pids = [pane_pid(w) for w in watches]
-        w0 = sum(cpu_s(p, children=True) for p in pids)
-        time.sleep(args.seconds)
-        watch = (sum(cpu_s(p, children=True) for p in pids) - w0) / (args.seconds / 60)
-        for w in watches:
-            tmux("kill-session", "-t", w)
+        watch_first, watch = watch_loops_cpu(lab, tmux, args.seconds)
     finally:
         subprocess.run([*TMUX, "kill-server"], capture_output=True, check=False)
         lab.down()

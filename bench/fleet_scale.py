@@ -65,6 +65,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from _tools import watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
+
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.fleet import write_fleet_config, write_training_log
 from specconsole.lab.procs import descendants
@@ -362,14 +364,20 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
 
 # ---------------------------------------------------------------------------- SSH fleet
 
-def demo_run(tmp: Path, args: argparse.Namespace) -> Run:
-    """The two-host demo lab (torchrun job, SGLang simulator, Python GPU double) idle in the TUI."""
+def demo_run(tmp: Path, args: argparse.Namespace) -> list[Run]:
+    """The two-host demo lab (torchrun job, SGLang simulator, Python GPU double) idle in the TUI,
+    then, on the same lab and for as long, the baseline: a ``watch -n1 ssh HOST nvidia-smi`` loop
+    per host (what the issue measured the console against: a figure of this machine's speed)."""
     demo = Lab(tmp / "demo", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=args.demo_sglang_s),
                say=lambda _m: None)
     try:
         demo.up()
         time.sleep(8)  # the trainer's first steps, SGLang loaded
-        return run_tui(demo.config_path, 2, args, "demo-tui", sources="all")
+        console = run_tui(demo.config_path, 2, args, "demo-tui", sources="all")
+        watch = Run("demo-watch", 2)
+        watch.first_s, watch.cpu_s_min = watch_loops_cpu(demo, tmux, args.duration)
+        watch.note = "2 x watch -n1 ssh HOST nvidia-smi --query-gpu=... (GPU rows only)"
+        return [console, watch]
     finally:
         demo.down()
 
@@ -490,9 +498,15 @@ def table(rows: list[Run]) -> None:
             cells.append(f"{v} ({fmt(getattr(b, key), spec)})" if b is not None and r is not b else v)
         print(f"{r.mode:>13} {r.hosts:>5} " + " ".join(f"{c:>20}" for c in cells))
     print("(in brackets: the same figure at 2 hosts, this run)")
-    for r in rows:
-        if r.mode == "demo-tui":
-            print(f"two-host demo idle CPU-s/min: {fmt(r.cpu_s_min)} (the issue's bar: <= 1)")
+    demo, watch = (next((r for r in rows if r.mode == m), None) for m in ("demo-tui", "demo-watch"))
+    if demo is not None:
+        print(f"two-host demo idle CPU-s/min: {fmt(demo.cpu_s_min)} (the issue's bar: <= 1)")
+    if demo is not None and watch is not None:
+        # the issue's machine: the console 2.6-2.7, the loops 7.8-8.8; its bar of 1 is 1/7.8-1/8.8 of the loops
+        print(f"two watch -n1 ssh loops on the same lab: {fmt(watch.cpu_s_min)} CPU-s/min; console / loops = "
+              f"{fmt(demo.cpu_s_min / watch.cpu_s_min, '{:.3f}')} (the bar on the issue's machine: "
+              f"1 / 7.8-8.8 = 0.114-0.128; this machine's bar at that ratio: "
+              f"{fmt(watch.cpu_s_min / 8.8)}-{fmt(watch.cpu_s_min / 7.8)} CPU-s/min)")
 
 
 def main() -> int:
@@ -532,7 +546,7 @@ def main() -> int:
     try:
         if args.demo:
             tmux("new-session", "-d", "-s", "keep", "sleep 86400")
-            rows.append(emit(demo_run(tmp, args)))
+            rows.extend(emit(r) for r in demo_run(tmp, args))
         ssh_modes = [m for m in modes if m in ("tui", "headless")]
         if ssh_modes:
             lab = ssh_lab(tmp, args.gpus, args.host_rc)
