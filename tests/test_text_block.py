@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from textual.app import App, ComposeResult
+from textual.content import Content
 from textual.visual import Visual
 from textual.widgets import Static
 
-from specconsole.ui.text_block import TextBlock
+from specconsole.ui.text_block import TextBlock, markup_content
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -103,3 +106,28 @@ async def test_lines_moving_up_are_not_rendered_again_and_keep_their_offsets(ren
         await pilot.pause()
         assert rendered == ["step 4"]
         assert [list(block.render_line(y)) for y in range(3)] == [list(static.render_line(y)) for y in range(3)]
+
+
+TAGS = ["[b]", "[/b]", "[/]", "[i]", "[/i]", "[dim]", "[/dim]", "[$success]", "[$text-muted]", "[b $warning]",
+        "[@click=app.quit]", "[1, 2]", "[]", "[not a tag]", "[", "]", "\\[", "[/x]"]
+TEXTS = ["", "x", "step 12/200,000", "$5 $success", ":smile:", "  ·  ", "0.4s ago", "é中", "a\\b"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(TAGS + TEXTS), max_size=12), st.lists(st.sampled_from(TEXTS), min_size=3, max_size=3))
+def test_markup_content_is_textuals_parse(pieces: list[str], other_texts: list[str]) -> None:
+    """The same Content (text and spans) or the same error as ``Content.from_markup``, for the
+    first line of a tag sequence and for a later one whose text between the tags differs."""
+    markup = "".join(pieces)
+    later = "".join(other_texts[i % 3] if piece in TEXTS else piece for i, piece in enumerate(pieces))
+    for line in (markup, later, markup):
+        try:
+            expected: Content | Exception = Content.from_markup(line)
+        except Exception as err:  # the same failure is the point
+            expected = err
+        if isinstance(expected, Exception):
+            with pytest.raises(type(expected)):
+                markup_content(line)
+            continue
+        got = markup_content(line)
+        assert (got.plain, list(got.spans)) == (expected.plain, list(expected.spans)), line
