@@ -4,7 +4,11 @@ theme, the fixed-scale plot, and cell formatting. No terminal, no hosts."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specconsole.ui import format as fmt
 from specconsole.ui.registry import BY_ID, REGISTRY, key_display, normalize_key, plan_keys
@@ -125,6 +129,39 @@ def test_bar_rows_fixed_scale() -> None:
     assert bottom == BLOCKS[4] + BLOCKS[8] and top == " " + BLOCKS[4]
     (row,) = bar_rows([250.0, -5.0, 1.0], width=3, height=1, maximum=100.0)
     assert row == BLOCKS[8] + " " + BLOCKS[1]  # clamped; a small non-zero value still shows
+
+
+def _bar_rows_by_column(values: list[float | None], width: int, height: int, maximum: float | None,
+                       minimum: float | None = 0.0) -> list[str]:
+    """The plot drawn column by column, as the documented rules say (the oracle for bar_rows)."""
+    data = values[-width:] if width else []
+    pad = width - len(data)
+    finite = [v for v in data if v is not None and math.isfinite(v)]
+    top = maximum if maximum is not None else max(finite, default=0.0)
+    if minimum is None:
+        low = min(finite, default=0.0)
+        minimum = low - 0.1 * (top - low)
+    rows = [[" "] * width for _ in range(height)]
+    for col, value in enumerate(data, pad):
+        if value is None or not math.isfinite(value):
+            rows[-1][col] = MISSING
+            continue
+        span = top - minimum
+        frac = 0.0 if span <= 0 else min(1.0, max(0.0, (value - minimum) / span))
+        eighths = round(frac * height * 8) or (1 if value > minimum else 0)
+        for level in range(height):
+            rows[height - 1 - level][col] = BLOCKS[min(8, max(0, eighths - level * 8))]
+    return ["".join(r) for r in rows]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from([0.0, 1.0, 50.0, 99.5, 100.0, 250.0, -5.0, math.nan, math.inf]),
+                          st.floats(-10, 1000)), max_size=40),
+       st.integers(0, 30), st.integers(1, 3), st.sampled_from([None, 100.0, 0.0]), st.sampled_from([None, 0.0]))
+def test_bar_rows_match_the_column_rules(values: list[float | None], width: int, height: int,
+                                         maximum: float | None, minimum: float | None) -> None:
+    assert bar_rows(values, width, height, maximum, minimum) == _bar_rows_by_column(values, width, height, maximum,
+                                                                                    minimum)
 
 
 def test_bar_rows_auto_scales() -> None:

@@ -43,26 +43,35 @@ def bar_rows(values: Sequence[float | None], width: int, height: int, maximum: f
     width, height = max(0, width), max(1, height)
     data = list(values)[-width:] if width else []
     pad = width - len(data)
-    shown = [None] * pad + data
     finite = [v for v in data if v is not None and math.isfinite(v)]
     top = maximum if maximum is not None else max(finite, default=0.0)
     if minimum is None:
         low = min(finite, default=0.0)
         minimum = low - 0.1 * (top - low)  # the lowest value still shows a sliver
     span = top - minimum
-    rows = [[" "] * width for _ in range(height)]
-    for col, value in enumerate(shown):
+    eighths: dict[float, int] = {}  # value -> its height in eighths (a plot repeats values)
+    levels: list[int | None] = []  # per data column; None: no reading
+    for value in data:
         if value is None or not math.isfinite(value):
-            if col >= pad:  # a gap inside the data (no reading then), not the empty left part
-                rows[-1][col] = MISSING
+            levels.append(None)
             continue
-        frac = 0.0 if span <= 0 else min(1.0, max(0.0, (value - minimum) / span))
-        eighths = round(frac * height * 8)
-        if value > minimum and eighths == 0:
-            eighths = 1  # anything above zero shows
-        for level in range(height):
-            fill = min(8, max(0, eighths - level * 8))
-            rows[height - 1 - level][col] = BLOCKS[fill]
+        level = eighths.get(value)
+        if level is None:
+            frac = 0.0 if span <= 0 else min(1.0, max(0.0, (value - minimum) / span))
+            level = round(frac * height * 8)
+            if value > minimum and level == 0:
+                level = 1  # anything above zero shows
+            eighths[value] = level
+        levels.append(level)
+    if height == 1:  # the plots' case: one character per column
+        return [" " * pad + "".join(MISSING if e is None else BLOCKS[min(8, e)] for e in levels)]
+    rows = [[" "] * width for _ in range(height)]
+    for col, level in enumerate(levels, pad):
+        if level is None:  # a gap inside the data (no reading then), not the empty left part
+            rows[-1][col] = MISSING
+            continue
+        for row in range(height):
+            rows[height - 1 - row][col] = BLOCKS[min(8, max(0, level - row * 8))]
     return ["".join(r) for r in rows]
 
 
