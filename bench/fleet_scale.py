@@ -65,13 +65,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from _tools import watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
+from _tools import cpu_s, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
 
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.fleet import write_fleet_config, write_training_log
 from specconsole.lab.procs import descendants
 
-TICK = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 3.0
 TMUX = ["tmux", "-L", f"specconsole-fleet-bench-{os.getpid()}", "-f", "/dev/null"]
 #: Ages on screen: the fleet view's ``● 0.4s`` / ``STALE 3.1s`` / ``STALE 2m05s`` (group 1), the
@@ -162,11 +161,6 @@ class Run:
     ages: list[float] = field(default_factory=list)
 
 
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-
-
 def hosts_cpu(lab: Lab | None) -> float:
     """CPU-s of the lab's sshds so far: the live processes below them and what they reaped."""
     if lab is None:
@@ -175,8 +169,7 @@ def hosts_cpu(lab: Lab | None) -> float:
     total = 0.0
     for pid in [*masters, *descendants(*masters)]:
         with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(f) for f in fields[11:15]) / TICK  # utime, stime, cutime, cstime
+            total += cpu_s(pid, children=True)
     return total
 
 
@@ -217,13 +210,13 @@ def console_env(src: str | None, extra: dict[str, str] | None = None) -> dict[st
 
 def measure_window(pid: int, duration: float, during: Callable[[], None] | None = None) -> tuple[float, float]:
     """CPU-s/min and RSS of ``pid`` over ``duration`` s (``during`` called about once a second)."""
-    c0, w0 = proc_cpu(pid), time.monotonic()
+    c0, w0 = cpu_s(pid), time.monotonic()
     end = w0 + duration
     while time.monotonic() < end and alive(pid):
         time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         if during is not None:
             during()
-    c1, w1 = proc_cpu(pid), time.monotonic()
+    c1, w1 = cpu_s(pid), time.monotonic()
     return (c1 - c0) / ((w1 - w0) / 60), proc_rss_mib(pid)
 
 
@@ -327,7 +320,7 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
             time.sleep(0.05)
         if frame.exists():
             r.first_s = time.monotonic() - t0
-            r.first_cpu_s = proc_cpu(pid)
+            r.first_cpu_s = cpu_s(pid)
             r.first_hosts_cpu_s = hosts_cpu(lab) - hosts_cpu0
         else:
             r.note = f"no full frame within {args.settle:g} s"
