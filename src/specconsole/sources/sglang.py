@@ -85,7 +85,7 @@ class SglangSource:
         self._worker_of: object = None  # the server start (startup_time) the worker facts belong to
         self._last_state: ServerState | None = None
         self._health_at: float | None = None  # monotonic time of the last /health that said 200
-        self._metrics_read = False  # the last poll read /metrics
+        self._metrics_read = False  # the last snapshot carries /metrics (set by _snap)
 
     async def run(self, publish: Publish[SglangSnapshot]) -> None:
         interval = max(0.05, float(self.cfg.interval_s))
@@ -144,9 +144,7 @@ class SglangSource:
                 return self._snap(ServerState.HEALTHY, 200, str(exc), self._info)
             await self._after_failure(transport_only=True, exc=exc)
             return self._failed(exc, self._info)
-        snap = self._snap(ServerState.HEALTHY, 200, None, self._info, metrics)
-        self._metrics_read = True
-        return snap
+        return self._snap(ServerState.HEALTHY, 200, None, self._info, metrics)
 
     # -- helpers ------------------------------------------------------------------------
     def _health_due(self, now: float) -> bool:
@@ -207,7 +205,7 @@ class SglangSource:
         if info is None:
             self._info = None  # refetch once the server answers again
         self._last_state = state
-        self._metrics_read = False
+        self._metrics_read = metrics is not None
         return SglangSnapshot(state, code, error, info, metrics, time.time(),
                               self._worker if info is not None else ())
 
