@@ -7,6 +7,8 @@
 #        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU, pytest,
 #        pytest-xdist, ruff,
 #        mypy, import-linter)
+#   pip (into ./.venv-sglang): sglang 0.5.23 with a pinned CPU set (its argument parser and resolution
+#        only: the lab's SGLang and the deploy's host check ask it)
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,4 +40,24 @@ fi
 echo "==> pip install -e '.[dev]' into .venv"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import specconsole, textual, asyncssh, torch" || { echo "setup: install failed" >&2; exit 1; }
+
+# Real SGLang 0.5.23's argument parser and resolution, for the lab's serving hosts (their SGLang
+# launcher runs under it, so the deploy's host check asks real SGLang) and the lab simulator's
+# verdict. CPU-only, pinned, installed with --no-deps (the full dependency set is CUDA's); see
+# scripts/sglang_venv/ (torchvision stand-in, the lab's CUDA double) and ../shared/reference/sglang-on-cpu.md.
+SGL=.venv-sglang
+SGL_SITE=$SGL/lib/python$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')/site-packages
+if ! "$SGL/bin/python" -c 'import sglang, torch' >/dev/null 2>&1; then
+  echo "==> creating $SGL: sglang==0.5.23 (--no-deps) with scripts/sglang_venv/requirements-0.5.23.txt (86 packages, torch CPU)"
+  rm -rf "$SGL"
+  "$PY" -m venv "$SGL"
+  "$SGL/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    -r scripts/sglang_venv/requirements-0.5.23.txt sglang==0.5.23 2>&1 | grep -v "^WARNING: Location" || true
+fi
+rm -rf "$SGL_SITE/torchvision"
+cp -r scripts/sglang_venv/torchvision scripts/sglang_venv/specconsole_lab_cuda.py \
+  scripts/sglang_venv/specconsole_lab_cuda.pth "$SGL_SITE/"
+"$SGL/bin/python" -c 'import sglang.srt.server_args' >/dev/null 2>&1 || {
+  echo "setup: $SGL cannot import sglang.srt.server_args" >&2; "$SGL/bin/python" -c 'import sglang.srt.server_args'; exit 1; }
+echo "==> $SGL: SGLang $("$SGL/bin/python" -c 'import sglang; print(sglang.__version__)' 2>/dev/null) imports"
 echo "==> ready: .venv/bin/specconsole"

@@ -89,11 +89,48 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     yield from running_lab(tmp_path_factory.mktemp("session") / "lab", FAST_LAB)
 
 
+_JUDGE: dict[str, Any] = {}
+
+
+def shared_sglang_judge() -> str:
+    """One warm real-SGLang judge (:mod:`specconsole.lab.sglang_judge`) for the whole test session:
+    every lab and every simulator the tests start asks it (importing SGLang costs seconds of CPU
+    each time otherwise). Its socket goes into the environment the labs and simulators read."""
+    if "socket" in _JUDGE:
+        return str(_JUDGE["socket"])
+    import atexit
+    import os
+    import subprocess
+    import tempfile
+
+    from specconsole.lab import sglang_judge
+    from specconsole.lab.environment import JUDGE_ENV, judge_env
+
+    python = sglang_judge.sglang_python()
+    if python is None:
+        pytest.fail(sglang_judge.missing_message())
+    sock = os.path.join(tempfile.mkdtemp(prefix="sc-judge-"), "judge.sock")
+    log = open(Path(sock).with_suffix(".log"), "wb")  # noqa: SIM115 - the judge keeps it
+    proc = subprocess.Popen([python, sglang_judge.__file__, "serve", sock], stdout=log, stderr=log,
+                            env={**os.environ, **judge_env(Path(sock).parent / "hf-home")})
+    atexit.register(proc.kill)
+    deadline = time.monotonic() + 180
+    while not Path(sock).exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the SGLang judge did not start: {Path(sock).with_suffix('.log').read_text()[-2000:]}")
+        time.sleep(0.1)
+    os.environ[JUDGE_ENV] = os.environ[sglang_judge.SOCKET_ENV] = sock
+    _JUDGE["socket"] = sock
+    return sock
+
+
 def running_lab(path: Path, options: LabOptions | None = None,
                 ready: Callable[[Lab], object] | None = None) -> Iterator[Lab]:
     """A lab in ``path`` with ``options``, up (and ``ready(lab)`` returned) for the body and always
     stopped after: a module's own lab fixture is ``yield from running_lab(tmp_path / "lab", LabOptions(...))``."""
     _need_sshd()
+    if (options or LabOptions()).sglang:
+        shared_sglang_judge()
     lab = Lab(path, options or LabOptions())
     lab.up()
     try:

@@ -169,3 +169,20 @@ def test_the_uploaded_files_run_as_a_script_from_their_folder(tmp_path: Path) ->
     assert events[-1]["outcome"] == "locked" and "another deploy holds the lock" in events[-1]["message"]
     assert sorted(p.name for p in workdir.iterdir()) == sorted([*AGENT_FILES, "agent.run", "plan.json",
                                                                 "progress.jsonl"])
+
+
+@pytest.mark.parametrize("info", [
+    {"speculative_draft_window_size": 64},  # SGLang 0.5.23
+    {"speculative_dflash_draft_window_size": 64},  # builds from before the rename report only this
+    {"speculative_draft_window_size": 64, "speculative_dflash_draft_window_size": 64},  # the DDTree build: both
+], ids=["new-name", "old-name-only", "both"])
+def test_verify_reads_the_window_under_either_name(info: dict[str, int]) -> None:
+    expect = {"speculative_draft_window_size": 64}
+    assert deploy_agent.disagreements(info, expect) == []
+    assert deploy_agent.disagreements(info, {"speculative_draft_window_size": 32}) == [
+        "speculative_draft_window_size=64 (wanted 32)"]
+
+
+def test_verify_still_reports_a_missing_window() -> None:
+    assert deploy_agent.disagreements({"speculative_algorithm": "DFLASH"}, {"speculative_draft_window_size": 64}) == [
+        "speculative_draft_window_size=None (wanted 64)"]

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import wait_for
+from conftest import shared_sglang_judge, wait_for
 from specconsole.config import load_config, parse_config
 from specconsole.errors import ConfigError
 from specconsole.lab import prom_fleet
@@ -117,8 +117,10 @@ def _need_prometheus() -> None:
 def _start_sim(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     draft = tmp_path / "draft"
     draft.mkdir()
-    (draft / "config.json").write_text('{"architectures": ["DFlashDraftModel"], "block_size": 16}')
+    (draft / "config.json").write_text(
+        '{"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 16}')
     port = free_port()
+    shared_sglang_judge()
     env = dict(os.environ, SGLANG_SIM_STARTUP_S="0.2", SGLANG_SIM_STEP_MS="1")
     with (tmp_path / "sim.err").open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",

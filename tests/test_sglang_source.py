@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import shared_sglang_judge
 from specconsole.config import HostConfig, SglangConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.hosts.ssh import SshHost
@@ -131,6 +132,7 @@ async def collect(source: SglangSource, until: Callable[[SglangSnapshot], bool],
 def start_sim(tmp_path: Path, *args: str,
               startup_s: str = "1.0") -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
+    shared_sglang_judge()
     env = dict(os.environ, SGLANG_SIM_STARTUP_S=startup_s, SGLANG_SIM_STEP_MS="1")
     err = (tmp_path / "sim.err").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",
@@ -155,7 +157,7 @@ async def test_source_follows_a_simulator_start_serve_and_stop(tmp_path: Path) -
     draft = tmp_path / "draft"
     draft.mkdir()
     (draft / "config.json").write_text(json.dumps(
-        {"architectures": ["DFlashDraftModel"], "block_size": 16}))
+        {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 16}))
     proc, url = start_sim(tmp_path, "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm",
                           "DFLASH", "--speculative-draft-model-path", str(draft),
                           "--speculative-draft-window-size", "16", "--enable-metrics")

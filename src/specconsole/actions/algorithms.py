@@ -50,6 +50,13 @@ class SpecInput:
     budget: int | None
     draft_model: str | None
     attention_backend: str | None
+    num_steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+
+    @property
+    def eagle_knobs(self) -> bool:
+        return any(v is not None for v in (self.num_steps, self.topk, self.draft_tokens))
 
 
 @dataclass
@@ -109,20 +116,75 @@ async def plan_settings(host: Host, steps: Steps, ctx: SpecContext, given: SpecI
     if given.attention_backend is not None:
         new["attention_backend"] = given.attention_backend
     if algorithm in BLOCK_ALGORITHMS:
+        if given.eagle_knobs:
+            raise DeployRefused(f"--num-steps, --topk and --draft-tokens do not apply to {algorithm} (SGLang forces "
+                                f"steps and topk to 1; its draft tokens are the block size): pass --block-size")
         return await _dflash_family(host, steps, ctx, given, algorithm, new)
     if given.block is not None:
         raise DeployRefused("--block-size applies to DFLASH and DDTREE only; pass --algorithm DFLASH or DDTREE")
     if given.budget is not None:
         raise DeployRefused("--tree-budget applies to DDTREE only; pass --algorithm DDTREE")
+    was_block = (cur.get("algorithm") or "").upper() in BLOCK_ALGORITHMS
     if given.window is not None:
         new["draft_window"] = str(given.window)
+    elif was_block and algorithm != "EAGLE3":  # DFLASH's window: SGLang honours it for EAGLE3 only
+        new["draft_window"] = None
     if given.algorithm:
         new["algorithm"] = given.algorithm
         if cur.get("tree_budget") is not None:
             new["tree_budget"] = None  # DDTREE's setting; other algorithms refuse nothing but ignore it
+        if was_block and ctx.names.get("block_size"):
+            new["block_size"] = None
     if given.draft_model:
         new["draft_model"] = given.draft_model
+    elif algorithm in ("NEXTN", "NGRAM") and (cur.get("algorithm") or "").upper() != algorithm:
+        new["draft_model"] = None  # NEXTN drafts with the target's own layers, NGRAM from the prompt
+    if algorithm in EAGLE_FAMILY:
+        _eagle_knobs(ctx, given, algorithm, was_block, new)
+        if algorithm != "NEXTN" and not new.get("draft_model", cur.get("draft_model")):
+            raise DeployRefused(f"{algorithm} needs a draft model: SGLang requires --speculative-draft-model-path "
+                                f"for {algorithm}; pass --draft-model PATH")
+    elif algorithm == "NGRAM":
+        if given.num_steps is not None or given.topk is not None:
+            raise DeployRefused("NGRAM takes no --num-steps or --topk (SGLang derives them from the n-gram "
+                                "breadth); pass --draft-tokens only")
+        new["num_steps"] = new["eagle_topk"] = None
+        if given.draft_tokens is not None:
+            new["num_draft_tokens"] = str(given.draft_tokens)
+        elif was_block or (cur.get("algorithm") or "").upper() != "NGRAM":
+            new["num_draft_tokens"] = None
+            ctx.notes.append("NGRAM: SGLang chooses the draft tokens itself (12 by default)")
     return new, None
+
+
+#: The chain-drafting algorithms whose settings are steps, topk and draft tokens.
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+
+
+def _eagle_knobs(ctx: SpecContext, given: SpecInput, algorithm: str, was_block: bool,
+                 new: dict[str, str | None]) -> None:
+    """Steps, topk and draft tokens, by SGLang's rule: with ``--speculative-num-steps`` unset, SGLang
+    chooses all three itself and asserts that topk and draft tokens are unset too."""
+    cur = ctx.current
+    if given.eagle_knobs:
+        for concept, value in (("num_steps", given.num_steps), ("eagle_topk", given.topk),
+                               ("num_draft_tokens", given.draft_tokens)):
+            if value is not None:
+                new[concept] = str(value)
+    elif was_block or (cur.get("algorithm") or "").upper() not in EAGLE_FAMILY:
+        # the old algorithm's draft tokens (a DFLASH block of 16) would be kept with no steps:
+        # SGLang asserts on that at start-up. Leave all three to SGLang.
+        new["num_steps"] = new["eagle_topk"] = new["num_draft_tokens"] = None
+        ctx.notes.append(f"{algorithm}: steps, topk and draft tokens left to SGLang, which chooses them itself "
+                         f"(pass --num-steps/--topk/--draft-tokens to set them)")
+    steps_after = new.get("num_steps", cur.get("num_steps"))
+    topk_after = new.get("eagle_topk", cur.get("eagle_topk"))
+    tokens_after = new.get("num_draft_tokens", cur.get("num_draft_tokens"))
+    if steps_after is None and (topk_after is not None or tokens_after is not None):
+        raise DeployRefused(
+            f"{algorithm} with --speculative-eagle-topk or --speculative-num-draft-tokens needs "
+            f"--speculative-num-steps: SGLang asserts that topk and draft tokens are unset when it chooses the "
+            f"steps itself; pass --num-steps N (or none of the three)")
 
 
 async def _read_draft_config(host: Host, steps: Steps, ctx: SpecContext, draft: str) -> dict[str, Any]:
@@ -168,6 +230,14 @@ async def _dflash_family(host: Host, steps: Steps, ctx: SpecContext, given: Spec
         ctx.warnings.append(f"block size {block} differs from the draft model's block_size {model_block}")
     window = given.window or to_int(cur.get("draft_window"))
     steps.begin("constraints", f"checking SGLang's {algorithm} constraints")
+    pp = cur.get("pp_size")
+    if pp is not None and pp.strip() != "1":
+        raise DeployRefused(f"{ctx.unit} has --pp-size {pp}: SGLang runs {algorithm} only with pp_size 1 "
+                            f"(\"Currently DFLASH speculative decoding only supports pp_size == 1\"); remove it")
+    if cur.get("enable_dp_attention") is not None and cur.get("enable_dp_lm_head") is None:
+        raise DeployRefused(f"{ctx.unit} passes --enable-dp-attention without --enable-dp-lm-head: SGLang refuses "
+                            f"{algorithm} so (\"DFLASH with dp attention requires --enable-dp-lm-head\"); add "
+                            f"--enable-dp-lm-head to the unit or drop --enable-dp-attention")
     if window is not None and window < block:
         raise DeployRefused(
             f"draft window {window} is smaller than the block size {block}: SGLang requires "
@@ -212,7 +282,13 @@ def _ddtree_rules(ctx: SpecContext, given: SpecInput, block: int, was: str | Non
     if effective > block - 1:
         backend = given.attention_backend or cur.get("attention_backend")
         rule = (f"a tree budget of {effective} > block size - 1 = {block - 1} is DDTREE's full-tree mode, which "
-                f"SGLang runs only with --attention-backend triton")
+                f"SGLang runs only with triton attention (prefill and decode)")
+        for concept, flag in (("prefill_attention_backend", "--prefill-attention-backend"),
+                              ("decode_attention_backend", "--decode-attention-backend")):
+            own = cur.get(concept)
+            if own is not None and own != "triton":
+                raise DeployRefused(f"{rule}; {ctx.unit} sets {flag} {own}: remove it or set it to triton, or pass a "
+                                    f"tree budget <= {block - 1} (spine mode)")
         if backend is None:
             new["attention_backend"] = "triton"
             ctx.notes.append(f"{rule}; the unit sets no attention backend, so the drop-in adds "

@@ -25,7 +25,7 @@ import re
 import shlex
 from typing import Any
 
-from specconsole.actions import privilege
+from specconsole.actions import host_check, privilege
 from specconsole.actions.algorithms import (
     DeployRefused,
     SpecContext,
@@ -35,7 +35,15 @@ from specconsole.actions.algorithms import (
     plan_settings,
 )
 from specconsole.actions.deploy_execute import agent_plan, execute, first_line, follow
-from specconsole.actions.deploy_plan import BaseUnitChanged, DeployOutcome, DeployPlan, DeployRequest
+from specconsole.actions.deploy_plan import (
+    BaseUnitChanged,
+    DeployOutcome,
+    DeployPlan,
+    DeployRequest,
+    lock_path,
+    resolved_summary,
+)
+from specconsole.actions.host_check import HostVerdict
 from specconsole.actions.privilege import Privilege, PrivilegeRefused, agent_python, alive_argv
 from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig
@@ -43,7 +51,7 @@ from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.sglang.rebase import find_drift
-from specconsole.sglang.unit import SPECIFIER, dropin_text, parse_unit, show_word
+from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, show_word
 
 __all__ = ["BaseUnitChanged", "DeployOutcome", "DeployPlan", "DeployRefused", "DeployRequest", "agent_plan",
            "execute", "follow", "preflight"]
@@ -78,6 +86,9 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     window_in = _positive_int(request.draft_window, "the draft window", "--speculative-draft-window-size")
     block_in = _positive_int(request.block_size, "the block size", "--speculative-num-draft-tokens")
     budget_in = _positive_int(request.tree_budget, "the tree budget", "--speculative-ddtree-budget")
+    steps_in = _positive_int(request.num_steps, "the number of draft steps", "--speculative-num-steps")
+    topk_in = _positive_int(request.eagle_topk, "the topk", "--speculative-eagle-topk")
+    tokens_in = _positive_int(request.draft_tokens, "the number of draft tokens", "--speculative-num-draft-tokens")
     algo_in = request.algorithm.strip().upper() if request.algorithm else None
     for what, raw in (("--draft-model", request.draft_model), ("--algorithm", request.algorithm),
                       ("--attention-backend", request.attention_backend)):
@@ -142,7 +153,8 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     version = await _server_version(host, cfg, steps)
 
     algo = algo_in or (cur["algorithm"].upper() if cur["algorithm"] else None)
-    if (algo_in or window_in or block_in or budget_in or request.draft_model) and algo is None:
+    if (algo_in or window_in or block_in or budget_in or request.draft_model or steps_in or topk_in
+            or tokens_in) and algo is None:
         raise DeployRefused("no speculative algorithm in the unit; pass --algorithm DFLASH (or NEXTN, DDTREE)")
     ctx = SpecContext(cfg.name, unit_name, version, cli, names, cur, cfg.sglang.draft_model_path, warnings)
     check_offered(ctx, algo_in)
@@ -155,7 +167,9 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         raise DeployRefused(f"SGLang {version or ''} on {cfg.name} has no flag for the block size (looked for "
                             f"{', '.join(CONCEPTS['block_size'] + CONCEPTS['num_draft_tokens'])} in its --help)"
                             .replace("  ", " "))
-    given = SpecInput(algo_in, window_in, block_in, budget_in, request.draft_model, request.attention_backend)
+    _check_choices(ctx, "attention_backend", request.attention_backend)
+    given = SpecInput(algo_in, window_in, block_in, budget_in, request.draft_model, request.attention_backend,
+                      steps_in, topk_in, tokens_in)
     changes, draft_cfg = await plan_settings(host, steps, ctx, given, algo or "") if algo else ({}, None)
     new = {**cur, **changes}
 
@@ -174,19 +188,23 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
                                  f"list); changed in place under that name")
             args.set(n, value, cli.aliases(n))
     new_argv = args.argv()
+    steps.begin("lock", "checking no other deploy is running")
+    holder = await _lock_holder(host, lock_path(unit), steps)
+    if holder:
+        raise DeployRefused(f"another deploy is running on {cfg.name}: {holder}; wait for it or check "
+                            f"{lock_path(unit)}")
+    verdict = await _host_check(host, cfg, unit, cli, new_argv, steps) if request.host_check and new_argv != \
+        unit.exec_start else None
+    if not request.host_check:
+        steps.warn("SGLang's own check skipped (--no-host-check): only the built-in rules were checked")
 
     gpu_lines = await _gpu_free(host, steps)
-    steps.begin("lock", "checking no other deploy is running")
     plan = DeployPlan(
         host=cfg.name, unit=unit, cli=cli, version=version, old_argv=unit.exec_start, new_argv=new_argv,
         current=cur, new=new, flag_names=flag_names, old_dropin=unit.file_text(unit.deploy_dropin),
         new_dropin="", expect={}, base_url=cfg.sglang.base_url, draft_config=draft_cfg, warnings=warnings,
         gpu_lines=gpu_lines, health_timeout_s=request.health_timeout_s, smoke_tokens=request.smoke_tokens,
-        rebased=drift, notes=ctx.notes, privilege=priv)
-    holder = await _lock_holder(host, plan, steps)
-    if holder:
-        raise DeployRefused(f"another deploy is running on {cfg.name}: {holder}; wait for it or check "
-                            f"{plan.lock_path}")
+        rebased=drift, notes=ctx.notes, privilege=priv, host_verdict=verdict)
     try:
         plan.new_dropin = dropin_text(new_argv, f"deploy {plan.id}: {show_word(plan.summary())}", base)
     except SpecConsoleError as err:  # a value from the unit itself that no unit file can carry
@@ -197,8 +215,55 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         plan.expect["speculative_num_draft_tokens"] = int(new["block_size"] or 0)
     if plan.expect.get("speculative_algorithm") == "NEXTN":  # SGLang resolves NEXTN to EAGLE
         plan.expect["speculative_algorithm"] = ["NEXTN", "EAGLE"]
+    if verdict is not None and verdict.accepted:  # what SGLang itself resolved is what /server_info will say
+        for key in RESOLVED_EXPECT:
+            if verdict.resolved.get(key) is not None:
+                plan.expect[key] = verdict.resolved[key]
     steps.info(f"plan: {plan.summary()}")
     return plan
+
+
+#: Resolved settings the deploy verifies on /server_info after the restart, when the host's SGLang
+#: resolved them at preflight.
+RESOLVED_EXPECT = ("speculative_algorithm", "speculative_num_draft_tokens", "speculative_num_steps",
+                   "speculative_eagle_topk", "speculative_draft_window_size", "speculative_ddtree_budget")
+
+
+def _check_choices(ctx: SpecContext, concept: str, value: str | None) -> None:
+    """Refuse a value the host's ``--help`` does not list among the flag's choices."""
+    name = ctx.names.get(concept)
+    flag = ctx.cli.flags.get(name) if name else None
+    if value is None or flag is None or not flag.choices or value in flag.choices:
+        return
+    import difflib
+
+    near = difflib.get_close_matches(value, flag.choices, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    raise DeployRefused(f"{ctx.sglang()} does not accept {name} {value}: {hint}its --help lists "
+                        f"{', '.join(flag.choices)}")
+
+
+async def _host_check(host: Host, cfg: HostConfig, unit: ServiceUnit, cli: SglangCli, argv: list[str],
+                      steps: Steps) -> HostVerdict:
+    """Ask the host's own SGLang about the planned command line; refuse when it refuses."""
+    steps.begin("SGLang's own check", "asking the host's SGLang to parse and resolve the planned command line "
+                "(no model is loaded; its import takes seconds)")
+    prefix = Argv.parse(argv, cli).prefix
+    verdict = await host_check.check(host, steps, unit, prefix, argv[len(prefix):])
+    if verdict.verdict == "refused":
+        who = f"SGLang {verdict.version}" if verdict.version else "SGLang"
+        raise DeployRefused(f"{who} on {cfg.name} refuses the planned command line: {verdict.message} (asked "
+                            f"`{verdict.python} -` with the unit's environment; the exact command is in the step "
+                            f"log); nothing was changed")
+    if verdict.verdict == "unavailable":
+        steps.warn(f"SGLang's own check cannot run on {cfg.name}: {verdict.message}; the built-in rules decide "
+                   f"(--no-host-check skips the check)")
+    else:
+        steps.info(f"SGLang {verdict.version or ''} accepts it: {resolved_summary(verdict.resolved)}"
+                   .replace("SGLang  ", "SGLang "))
+        for w in verdict.warnings[:5]:
+            steps.info(f"SGLang says: {w}")
+    return verdict
 
 
 def _typed(value: str | None) -> Any:
@@ -242,8 +307,8 @@ async def _gpu_free(host: Host, steps: Steps) -> list[str]:
     return out
 
 
-async def _lock_holder(host: Host, plan: DeployPlan, steps: Steps) -> str | None:
-    res = await steps.run(host, ["cat", "--", plan.lock_path])
+async def _lock_holder(host: Host, path: str, steps: Steps) -> str | None:
+    res = await steps.run(host, ["cat", "--", path])
     if not res.ok:
         steps.info("no deploy lock is held")
         return None
@@ -254,5 +319,5 @@ async def _lock_holder(host: Host, plan: DeployPlan, steps: Steps) -> str | None
     pid = holder.get("pid")
     if isinstance(pid, int) and (await steps.run(host, alive_argv(pid))).ok:
         return f"deploy {holder.get('id')} (pid {pid})"
-    steps.warn(f"stale deploy lock {plan.lock_path} (pid {pid} is gone); the agent will replace it")
+    steps.warn(f"stale deploy lock {path} (pid {pid} is gone); the agent will replace it")
     return None

@@ -58,6 +58,31 @@ class Failed(Exception):
     """A step failed; the message says what and why."""
 
 
+#: /server_info keys an SGLang build may report a setting under instead: builds from before the
+#: window flag's rename report only ``speculative_dflash_draft_window_size``.
+SERVER_INFO_ALIASES = {"speculative_draft_window_size": ("speculative_dflash_draft_window_size",)}
+
+
+def reported(info: dict[str, Any], key: str) -> Any:
+    """``info[key]``, or its older name's value when this build reports only that."""
+    if info.get(key) is None:
+        for alias in SERVER_INFO_ALIASES.get(key, ()):
+            if info.get(alias) is not None:
+                return info[alias]
+    return info.get(key)
+
+
+def disagreements(info: dict[str, Any], expect: dict[str, Any]) -> list[str]:
+    """The expected /server_info values the running server does not report."""
+    wrong = []
+    for key, want in expect.items():
+        got = reported(info, key)
+        accepted = want if isinstance(want, list) else [want]  # e.g. NEXTN reports as EAGLE
+        if str(got) not in {str(w) for w in accepted}:
+            wrong.append(f"{key}={got!r} (wanted {' or '.join(map(repr, accepted))})")
+    return wrong
+
+
 class Agent:
     def __init__(self, plan: dict[str, Any], progress_path: str) -> None:
         self.plan = plan
@@ -259,15 +284,10 @@ class Agent:
         if status != 200:
             raise Failed(f"/server_info answered {status or text}")
         info = json.loads(text)
-        wrong = []
-        for key, want in self.plan["expect"].items():
-            got = info.get(key)
-            accepted = want if isinstance(want, list) else [want]  # e.g. NEXTN reports as EAGLE
-            if str(got) not in {str(w) for w in accepted}:
-                wrong.append(f"{key}={got!r} (wanted {' or '.join(map(repr, accepted))})")
+        wrong = disagreements(info, self.plan["expect"])
         if wrong:
             raise Failed("the running server disagrees with the new config: " + ", ".join(wrong))
-        self.emit("info", "server_info: " + ", ".join(f"{k}={info.get(k)}" for k in self.plan["expect"])
+        self.emit("info", "server_info: " + ", ".join(f"{k}={reported(info, k)}" for k in self.plan["expect"])
                   + f", version {info.get('version')}")
 
     def smoke(self) -> None:

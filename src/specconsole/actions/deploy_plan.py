@@ -14,10 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specconsole.actions.algorithms import DeployRefused
+from specconsole.actions.host_check import HostVerdict
 from specconsole.actions.privilege import Privilege
 from specconsole.sglang.flags import SglangCli
 from specconsole.sglang.rebase import BaseDrift
 from specconsole.sglang.unit import ServiceUnit, show_word
+
+
+def lock_path(unit: ServiceUnit) -> str:
+    """The host-side lock a running deploy of ``unit`` holds."""
+    return f"{unit.dropin_dir}/.specconsole/deploy.lock"
 
 
 class BaseUnitChanged(DeployRefused):
@@ -41,8 +47,16 @@ class DeployRequest:
     tree_budget: str | int | None = None
     #: SGLang's ``--attention-backend`` (DDTREE's full-tree mode needs triton; default: keep)
     attention_backend: str | None = None
+    #: EAGLE/EAGLE3/NEXTN/STANDALONE: ``--speculative-num-steps``, ``--speculative-eagle-topk`` and
+    #: ``--speculative-num-draft-tokens`` (all three unset: SGLang chooses them itself); NGRAM: the draft tokens
+    num_steps: str | int | None = None
+    eagle_topk: str | int | None = None
+    draft_tokens: str | int | None = None
     health_timeout_s: float = 600.0
     smoke_tokens: int = 64
+    #: Ask the host's own SGLang to parse and resolve the planned command line before anything changes
+    #: (:mod:`specconsole.actions.host_check`); ``False``: the built-in rules only (``--no-host-check``).
+    host_check: bool = True
     #: Build the new ExecStart from the current base unit (without the deploy drop-in) instead
     #: of the drop-in's; needed when the base unit changed since the drop-in was written.
     rebase: bool = False
@@ -72,6 +86,8 @@ class DeployPlan:
     smoke_tokens: int = 64
     #: Set when this plan rebases: how the base unit had drifted from the old drop-in.
     rebased: BaseDrift | None = None
+    #: what the host's SGLang said of the new command line (None: not asked, ``--no-host-check``)
+    host_verdict: HostVerdict | None = None
     #: root login, or ``sudo = true``: the agent starts under ``sudo -n`` (actions/privilege.py)
     privilege: Privilege = field(default_factory=Privilege)
     id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
@@ -82,7 +98,7 @@ class DeployPlan:
 
     @property
     def lock_path(self) -> str:
-        return f"{self.unit.dropin_dir}/.specconsole/deploy.lock"
+        return lock_path(self.unit)
 
     @property
     def workdir(self) -> str:
@@ -121,10 +137,44 @@ class DeployPlan:
         lines += ["    " + ln for ln in self.diff()] or ["    (no change)"]
         lines.append(f"  restarts: {self.unit.name} (every request in flight is dropped); expected downtime: "
                      f"the server's start-up time, health timeout {self.health_timeout_s:g}s, then rollback")
+        lines += self._verdict_lines()
         lines += [f"  {g}" for g in self.gpu_lines]
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  warning: {w}" for w in self.warnings]
         return lines
+
+    def _verdict_lines(self) -> list[str]:
+        v = self.host_verdict
+        if v is None:
+            return ["  SGLang's own check: skipped (--no-host-check); only the built-in rules were checked"]
+        if not v.accepted:
+            return [f"  SGLang's own check: could not run ({v.message}); the built-in rules decided"]
+        who = f"SGLang {v.version}" if v.version else "SGLang"
+        return [f"  {who} on {self.host} accepts the new command line and resolves: {resolved_summary(v.resolved)}"]
+
+
+def resolved_summary(resolved: dict[str, Any]) -> str:
+    """What SGLang resolved, in the operator's terms: algorithm, draft tokens, steps/topk, window,
+    budget and the attention backends (prefill/decode)."""
+    r = resolved
+
+    def get(*keys: str) -> Any:
+        return next((r[k] for k in keys if r.get(k) is not None), None)
+
+    algo = get("speculative_algorithm")
+    if algo is None:
+        return "no speculative decoding"
+    parts = [str(algo), f"draft tokens {get('speculative_num_draft_tokens')}",
+             f"steps {get('speculative_num_steps')}/topk {get('speculative_eagle_topk')}"]
+    window = get("speculative_draft_window_size", "speculative_dflash_draft_window_size")
+    if window is not None:
+        parts.append(f"window {window}")
+    if get("speculative_ddtree_budget") is not None:
+        parts.append(f"budget {get('speculative_ddtree_budget')}")
+    backend = get("attention_backend")
+    prefill, decode = get("prefill_attention_backend") or backend, get("decode_attention_backend") or backend
+    parts.append(f"attention {prefill or 'auto'}/{decode or 'auto'} (prefill/decode)")
+    return ", ".join(parts)
 
 
 @dataclass

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from specconsole import paths
 from specconsole.errors import SpecConsoleError
+from specconsole.lab import sglang_judge
 from specconsole.lab.procs import alive, descendants, start_time
 from specconsole.lab.sglang_versions import BASE_VERSION, VERSION_ENV, VERSIONS
 
@@ -52,8 +53,21 @@ LAB_ROOT_ENV = "SPECCONSOLE_LAB_ROOT"
 
 TRAIN_GPUS = 8
 SERVE_GPUS = 2
+#: What the lab's CUDA double (``scripts/sglang_venv/specconsole_lab_cuda.py``) tells SGLang's
+#: resolution about each host's GPUs: the same H200s the nvidia-smi double shows.
+LAB_CUDA_ENV = "SPECCONSOLE_LAB_CUDA"
+#: The socket of a warm SGLang judge the lab shares instead of starting its own (the test suite's).
+JUDGE_ENV = "SPECCONSOLE_LAB_JUDGE"
+
+
+def lab_cuda(gpus: int) -> str:
+    return f"{gpus}:NVIDIA H200:143771:9.0"
 TARGET_MODEL = "Qwen3-8B"
 DRAFT_MODEL = "dflash-qwen3-8b-b16"
+#: An EAGLE-3 draft head and a small model of the same family (STANDALONE's draft), for the
+#: algorithms besides DFLASH that need a draft model of their own.
+EAGLE_DRAFT_MODEL = "eagle3-qwen3-8b"
+SMALL_MODEL = "Qwen3-0.6B"
 
 
 class LabError(SpecConsoleError):
@@ -75,6 +89,9 @@ class LabState:
     hosts: dict[str, LabHost] = field(default_factory=dict)
     sglang_port: int = 0
     trainer_pid: int | None = None
+    #: the lab's own warm SGLang judge (:mod:`specconsole.lab.sglang_judge`), when it started one
+    judge_pid: int | None = None
+    judge_socket: str = ""
     owner_pid: int | None = None  # the process that started the lab (a demo), if it should stop it
     #: pid -> its start time (clock ticks since boot, /proc/PID/stat field 22) for every process
     #: the lab started: ``lab down`` signals a pid only while its start time still matches
@@ -241,9 +258,12 @@ class Lab:
         self._clear_previous_run()
         self.state = LabState(dir=str(self.dir), owner_pid=owner_pid)
         self.state.sglang_port = free_port("127.0.0.1")
+        self.state.judge_socket = os.environ.get(JUDGE_ENV) or judge_socket_path(self.dir)
         for name, address in (("train", o.train_address), ("serve", o.serve_address)):
             self._make_host(name, address)
         self._write_known_hosts()
+        if o.sglang:
+            self.start_judge()
         self._scenarios()
         self._serve_files()
         self.state.save()
@@ -266,6 +286,7 @@ class Lab:
             with contextlib.suppress(Exception):
                 self._systemctl("stop", "sglang.service", check=False, timeout=20)
         self.stop_trainer()
+        self.stop_judge()
         for name in list(self.state.hosts):
             self.stop_sshd(name)
         # what a crashed run left behind: only processes marked as this lab's (never another
@@ -340,6 +361,7 @@ class Lab:
             # PYENV_REHASH_TIMEOUT: should it run `pyenv init` anyway, no command queues
             # behind pyenv's global rehash lock
             f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}" '
+            f'{LAB_CUDA_ENV}="{lab_cuda(SERVE_GPUS if name == "serve" else TRAIN_GPUS)}" '
             f'PYENV_REHASH_TIMEOUT=1 SHLVL=1',
             "",
         ]))
@@ -357,11 +379,77 @@ class Lab:
         _write(root / "bin" / "journalctl",
                f"#!/bin/sh\nexec {py} -m specconsole.lab.systemctl_shim --journal {q_root} "
                f"{shlex.quote(_tool('journalctl3'))} \"$@\"\n", 0o755)
-        _write(root / "bin" / "sglang",
-               f"#!/bin/sh\n# SGLang-protocol simulator (SGLang's CUDA engine cannot run here)\n"
-               f"{VERSION_ENV}={shlex.quote(self.options.sglang_version)} "
-               f"exec {py} -m specconsole.lab.sglang_sim \"$@\"\n", 0o755)
+        _write(root / "bin" / "sglang", self._sglang_launcher(), 0o755)
+        _write(root / "opt" / "sglang" / "bin" / "python",
+               f"#!{sys.executable}\n# The serving host's SGLang Python: .venv-sglang's, with a warm start for\n"
+               f"# `python - ARGS` (see specconsole.lab.sglang_judge.python_main)\nimport os\nimport sys\n\n"
+               f"from specconsole.lab.sglang_judge import SOCKET_ENV, python_main\n\n"
+               f"os.environ.setdefault(SOCKET_ENV, {self.state.judge_socket!r})\n"
+               f"sys.exit(python_main({(sglang_judge.sglang_python() or 'python3')!r}))\n", 0o755)
         _write(root / "bin" / "torchrun", f"#!/bin/sh\nexec {py} -m torch.distributed.run \"$@\"\n", 0o755)
+
+    def _sglang_launcher(self) -> str:
+        """The serving host's ``sglang``: the simulator, judged by real SGLang (:mod:`.sglang_judge`).
+
+        For SGLang 0.5.23 it is a Python script run by ``.venv-sglang``'s Python, as a pip-installed
+        ``sglang`` console script is: the deploy's host check finds real SGLang through its ``#!``
+        line. The DDTree build is in no release, so real SGLang cannot be it: its launcher is a shell
+        script, and the host check says it cannot run there (the built-in rules decide)."""
+        py, sglang_py = sys.executable, sglang_judge.sglang_python() or "python3"
+        env = {VERSION_ENV: self.options.sglang_version, sglang_judge.SOCKET_ENV: self.state.judge_socket,
+               sglang_judge.PYTHON_ENV: sglang_py}
+        if self.options.sglang_version == BASE_VERSION:
+            return (f"#!{self.sglang_venv_python()}\n"
+                    f"# SGLang-protocol simulator (SGLang's CUDA engine cannot run here); this interpreter is real\n"
+                    f"# SGLang 0.5.23, which judges its command line (specconsole.lab.sglang_judge)\n"
+                    f"import os\nimport sys\n\n"
+                    f"os.environ.update({env!r})\n"
+                    f"os.execv({py!r}, [{py!r}, '-m', 'specconsole.lab.sglang_sim', *sys.argv[1:]])\n")
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return (f"#!/bin/sh\n# SGLang-protocol simulator of a DDTree build (sgl-project/sglang PR #29907, in no "
+                f"release)\n{assigns} exec {shlex.quote(py)} -m specconsole.lab.sglang_sim \"$@\"\n")
+
+    def sglang_venv_python(self) -> Path:
+        """The serving host's SGLang virtualenv Python (``/opt/sglang/bin/python`` on a real host):
+        real SGLang 0.5.23 (``.venv-sglang``), started warm for ``python - ARGS``."""
+        return self.root("serve") / "opt" / "sglang" / "bin" / "python"
+
+    def start_judge(self) -> None:
+        """Start the lab's warm SGLang judge, unless it shares a running one (``$SPECCONSOLE_LAB_JUDGE``)."""
+        sock = self.state.judge_socket
+        if os.environ.get(JUDGE_ENV) == sock and Path(sock).exists():
+            self.say(f"lab: sharing the SGLang judge on {sock}")
+            return
+        python = sglang_judge.sglang_python()
+        if python is None:
+            raise LabError(f"lab: {sglang_judge.missing_message()}")
+        with contextlib.suppress(FileNotFoundError):
+            Path(sock).unlink()
+        log = open(self.dir / "logs" / "sglang-judge.log", "ab")  # noqa: SIM115 - the child keeps it
+        env = {**self.env("serve"), **judge_env(self.dir / "hf-home")}
+        proc = _spawn([python, sglang_judge.__file__, "serve", sock], stdout=log, stderr=log, env=env)
+        log.close()
+        self.state.judge_pid = proc.pid
+        self.state.remember(proc.pid)
+        self.say(f"lab: starting real SGLang 0.5.23's argument judge (pid {proc.pid}; importing SGLang takes "
+                 f"seconds)")
+        t0 = time.monotonic()
+        deadline = t0 + 180
+        while not Path(sock).exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise LabError(f"lab: the SGLang judge did not start; see {self.dir / 'logs' / 'sglang-judge.log'}")
+            time.sleep(0.1)
+        self.say(f"lab: SGLang judge ready in {time.monotonic() - t0:.1f}s on {sock}")
+
+    def stop_judge(self) -> None:
+        pid = self.state.judge_pid
+        if pid and self.state.ours(pid):
+            _signal(pid, signal.SIGTERM)
+            _wait_dead([pid], 5)
+        self.state.judge_pid = None
+        if self.state.judge_socket and os.environ.get(JUDGE_ENV) != self.state.judge_socket:
+            with contextlib.suppress(OSError):
+                Path(self.state.judge_socket).unlink()
 
     def env(self, name: str) -> dict[str, str]:
         """The environment of what the lab starts for host ``name``: its marker (the same
@@ -465,16 +553,19 @@ class Lab:
     def target_model_dir(self) -> Path:
         return self.root("serve") / "models" / TARGET_MODEL
 
+    def model_dir(self, name: str) -> Path:
+        return self.root("serve") / "models" / name
+
     def _serve_files(self) -> None:
-        _write(self.target_model_dir() / "config.json", json.dumps({
-            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
-            "num_hidden_layers": 36, "vocab_size": 151936,
+        write_target_model(self.target_model_dir())
+        write_draft_model(self.draft_model_dir())
+        _write(self.model_dir(EAGLE_DRAFT_MODEL) / "config.json", json.dumps({
+            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
+            "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 12288,
+            "vocab_size": 151936, "draft_vocab_size": 32000, "max_position_embeddings": 40960,
         }, indent=2) + "\n")
-        _write(self.draft_model_dir() / "config.json", json.dumps({
-            "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 16,
-            "num_hidden_layers": 5, "hidden_size": 4096, "target_layer_ids": [1, 9, 17, 25, 33],
-            "mask_token_id": 151669, "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
-        }, indent=2) + "\n")
+        write_target_model(self.model_dir(SMALL_MODEL), hidden_size=1024, num_hidden_layers=28,
+                           num_attention_heads=16, intermediate_size=3072)
         self.write_unit()
 
     def sglang_args(self) -> list[str]:
@@ -584,6 +675,44 @@ draft_model_path = {toml_str(self.draft_model_dir())}
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+def write_target_model(path: Path, **config: object) -> Path:
+    """A target model folder as SGLang reads it before loading weights: Qwen3-8B's ``config.json``
+    (``config`` overrides keys: a smaller model of the family)."""
+    _write(path / "config.json", json.dumps({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+        "num_hidden_layers": 36, "vocab_size": 151936, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 12288, "max_position_embeddings": 40960,
+        "torch_dtype": "bfloat16", **config,
+    }, indent=2) + "\n")
+    return path
+
+
+#: The Hugging Face model ids the lab's hub cache holds (:func:`write_hub_cache`).
+HUB_MODELS = ("Qwen/Qwen3-8B",)
+
+
+def write_hub_cache(hf_home: Path) -> Path:
+    """A Hugging Face cache (``HF_HOME``) holding :data:`HUB_MODELS`' ``config.json``, as a download
+    leaves it: with ``HF_HUB_OFFLINE=1`` real SGLang resolves ``--model-path Qwen/Qwen3-8B`` from it
+    (this machine reaches no hub)."""
+    revision = "0" * 40
+    for model_id in HUB_MODELS:
+        repo = hf_home / "hub" / f"models--{model_id.replace('/', '--')}"
+        write_target_model(repo / "snapshots" / revision)
+        _write(repo / "refs" / "main", revision)
+    return hf_home
+
+
+def write_draft_model(path: Path, block_size: int = 16) -> Path:
+    """A DFlash draft model folder: its ``config.json`` (``block_size``, the DFlash settings)."""
+    _write(path / "config.json", json.dumps({
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": block_size,
+        "num_hidden_layers": 5, "hidden_size": 4096, "target_layer_ids": [1, 9, 17, 25, 33],
+        "mask_token_id": 151669, "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+    }, indent=2) + "\n")
+    return path
+
+
 def toml_str(value: object) -> str:
     return json.dumps(str(value))  # a TOML basic string
 
@@ -645,7 +774,21 @@ def _wait_dead(pids: list[int], timeout: float) -> bool:
 
 #: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
 #: merely runs inside a lab host's SSH session).
-LAB_PROGRAMS = ("sshd", "specconsole.lab.", "torch.distributed.run", "agent.py", "systemctl3", "tail -")
+LAB_PROGRAMS = ("sshd", "specconsole.lab.", "sglang_judge.py", "torch.distributed.run", "agent.py", "systemctl3",
+                "tail -")
+
+
+def judge_env(hf_home: Path) -> dict[str, str]:
+    """The environment of a lab's SGLang judge: the serving host's GPUs (the CUDA double), no hub."""
+    return {LAB_CUDA_ENV: lab_cuda(SERVE_GPUS), "HF_HUB_OFFLINE": "1", "HF_HOME": str(write_hub_cache(hf_home))}
+
+
+def judge_socket_path(lab_dir: Path) -> str:
+    """A short socket path for a lab's judge (a Unix socket's path is limited to 107 bytes)."""
+    import hashlib
+
+    digest = hashlib.sha256(str(lab_dir.resolve()).encode()).hexdigest()[:12]
+    return f"/tmp/specconsole-judge-{digest}.sock"
 
 
 def _spawn(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:

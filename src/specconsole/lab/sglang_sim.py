@@ -22,14 +22,13 @@ Command line
     the simulator accepts exactly SGLang 0.5.23's flags and refuses unknown ones the way
     argparse does (usage on stderr, ``sglang serve: error: unrecognized arguments: ...``,
     exit 2). ``--help`` prints the real help text (``data/serve-help-0.5.23.txt``).
-    After parsing, the speculative-decoding validation of
-    ``srt/arg_groups/speculative_hook.py`` is replayed with SGLang's own messages (DFLASH:
-    draft model required, pp_size 1, block size > 0, block size == num-draft-tokens, block
-    size inferred from the draft's ``config.json``, window positive and >= block size,
-    num_steps/eagle_topk forced to 1 with a warning; EAGLE family: NEXTN is an alias of
-    EAGLE, auto-chosen (3, 1, 4) steps/topk/draft tokens, num_draft_tokens = num_steps + 1
-    for topk 1; NGRAM defaults). A failure prints ``ValueError: ...`` (or the
-    ``OSError``/``AssertionError`` SGLang/transformers would raise) on stderr, exit 1.
+    After parsing, **real SGLang 0.5.23** decides (:mod:`specconsole.lab.sglang_judge`: its
+    ``prepare_server_args`` and ``ServerArgs.resolve_once()``, run by ``.venv-sglang``'s Python, a
+    warm judge process or a fresh one): a refusal prints SGLang's own exception
+    (``ValueError: ...``, ``AssertionError (at speculative_hook.py:N: assert ...)``) on stderr and
+    exits 1 (an argparse refusal exits 2), and ``/server_info`` reports the settings it resolved.
+    The DDTree build (in no release) is judged by real SGLang as the DFLASH it builds on, then by
+    DDTree's rules, SIMULATED from sgl-project/sglang PR #29907 (:func:`_handle_ddtree`).
     A draft model path must be a local directory holding ``config.json``.
 
 Start-up
@@ -124,17 +123,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
-from specconsole.lab import sglang_versions
+from specconsole.lab import sglang_judge, sglang_versions
 
 VERSION = sglang_versions.sim_version()
 PROG = "sglang serve"
 FLAGS_FILE = "flags-0.5.23.json"
 HELP_FILE = "serve-help-0.5.23.txt"
 
-#: Algorithms SpeculativeAlgorithm.from_string knows in 0.5.23 (NEXTN is resolved to EAGLE
-#: before that, by _resolve_speculative_algorithm_alias).
-KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
-                    "FROZEN_KV_MTP") + (("DDTREE",) if sglang_versions.has_ddtree(VERSION) else ())
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE", "UNO", "FROZEN_KV_MTP")
 
 
@@ -335,16 +330,6 @@ def read_hf_config(path: str, *, must_exist: bool) -> dict[str, Any] | None:
     return data
 
 
-def _dflash_block_size_from(cfg: dict[str, Any] | None) -> int | None:
-    if not cfg:
-        return None
-    for holder in (cfg, cfg.get("dflash_config") or {}):
-        value = holder.get("block_size") if isinstance(holder, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 @dataclass
 class Resolved:
     """The launch after SGLang's post-processing."""
@@ -364,148 +349,84 @@ class Resolved:
         return self.algorithm is not None
 
 
-def resolve_args(ns: argparse.Namespace) -> Resolved:
-    """Apply SGLang's defaults and speculative validation; raise LaunchError on refusal."""
-    a: dict[str, Any] = dict(vars(ns))
-    warnings: list[str] = []
-    a["device"] = a.get("device") or "cuda"
-    target_cfg = read_hf_config(a["model_path"], must_exist=False)
-    if a.get("tokenizer_path") is None:
-        a["tokenizer_path"] = a["model_path"]
-    if a.get("served_model_name") is None:
-        a["served_model_name"] = a["model_path"]
-    if a.get("chunked_prefill_size") is None:
-        a["chunked_prefill_size"] = 8192
-    if a.get("attention_backend") is None:
-        a["attention_backend"] = "flashinfer"
+class UsageError(Exception):
+    """Real SGLang's argparse refused the command line (exit status 2)."""
 
-    if a.get("speculative_draft_model_path") is not None and a.get(
-        "speculative_draft_model_revision"
-    ) is None:
-        a["speculative_draft_model_revision"] = "main"
-    requested = a.get("speculative_algorithm")
-    if requested is not None:
-        a["speculative_algorithm"] = requested.upper()
-    draft_cfg = None
-    if a.get("speculative_draft_model_path"):
-        draft_cfg = read_hf_config(a["speculative_draft_model_path"], must_exist=True)
-    algo = a.get("speculative_algorithm")
-    if algo in ("NEXTN", "EAGLE"):
-        algo = a["speculative_algorithm"] = "EAGLE"
 
-    window = a.get("speculative_draft_window_size")
-    if window is not None:
-        if int(window) <= 0:
-            raise LaunchError(
-                "ValueError", f"--speculative-draft-window-size must be positive, got {window}."
-            )
-        if algo not in ("EAGLE3", "DFLASH", "DDTREE"):
-            warnings.append(
-                "--speculative-draft-window-size has no effect with speculative_algorithm="
-                f"{algo} (honored by Llama EAGLE-3 and DFLASH only)."
-            )
-    if algo is not None and algo not in KNOWN_ALGORITHMS:
-        raise LaunchError("ValueError", f"Unknown speculative algorithm name: {algo}")
+def resolve_args(ns: argparse.Namespace, argv: list[str]) -> Resolved:
+    """SGLang's resolution of ``argv``, by real SGLang 0.5.23 (:mod:`specconsole.lab.sglang_judge`).
 
-    if algo == "DFLASH":
-        _handle_dflash(a, warnings, draft_cfg)
-    elif algo == "DDTREE":  # DDTree verifies a DFlash drafter's block as a tree: DFLASH's rules first
-        _handle_dflash(a, warnings, draft_cfg)
-        _handle_ddtree(a, warnings)
-    elif algo == "DSPARK":
-        _handle_dspark(a, warnings, draft_cfg)
-    elif algo == "NGRAM":
-        _handle_ngram(a, warnings)
-    elif algo in EAGLE_FAMILY:
-        _handle_eagle_family(a, warnings, requested, target_cfg)
-    if a.get("mem_fraction_static") is None:
-        a["mem_fraction_static"] = 0.8 if algo else 0.85
+    Whether the server starts, and every resolved setting ``/server_info`` reports, come from real
+    SGLang's parser and resolution pipeline. The DDTree build's own rules (sgl-project/sglang PR
+    #29907, in no release) are simulated on top: real SGLang judges the command line as the
+    DFLASH it builds on, then :func:`_handle_ddtree` applies DDTree's rules. Raises
+    :class:`LaunchError` (SGLang's exception) or :class:`UsageError` (its argparse message).
+    """
+    ddtree = sglang_versions.has_ddtree(VERSION)
+    judged = _as_release(argv) if ddtree else list(argv)
+    try:
+        verdict = sglang_judge.ask(judged)
+    except sglang_judge.JudgeUnavailable as err:
+        raise LaunchError("RuntimeError", f"specconsole lab: {err}") from None
+    if verdict.get("verdict") == "refused":
+        if verdict.get("kind") == "usage":
+            raise UsageError(str(verdict.get("message") or "sglang serve: error"))
+        message = str(verdict.get("message") or "")
+        if not message and verdict.get("source"):  # a bare assert: Python shows the statement
+            message = f"(at {verdict.get('where')}: {verdict.get('source')})"
+        raise LaunchError(str(verdict.get("kind") or "Error"), message)
+    a: dict[str, Any] = dict(verdict.get("resolved") or {})
+    warnings = [str(w) for w in verdict.get("warnings") or []]
+    requested = ns.speculative_algorithm
+    if ddtree and (requested or "").upper() == "DDTREE":
+        a["speculative_algorithm"] = "DDTREE"
+        a["speculative_ddtree_budget"] = getattr(ns, "speculative_ddtree_budget", None)
+        _handle_ddtree(a, warnings, ns)
+    target_cfg = read_hf_config(a.get("model_path") or ns.model_path, must_exist=False)
+    draft = a.get("speculative_draft_model_path")
+    draft_cfg = read_hf_config(draft, must_exist=True) if draft and a.get("speculative_algorithm") else None
+    for key in ("tokenizer_path", "served_model_name"):
+        a.setdefault(key, a.get("model_path"))
     return Resolved(a, warnings, target_cfg, draft_cfg, requested)
 
 
-def _reset_max_running(a: dict[str, Any], warnings: list[str]) -> None:
-    if a.get("max_running_requests") is None:
-        a["max_running_requests"] = 48
-        warnings.append(
-            "Max running requests is reset to 48 for speculative decoding. You can override "
-            "this by explicitly setting --max-running-requests."
-        )
+#: The DDTree build's spellings, as SGLang 0.5.23 (the release it builds on) spells them.
+_RELEASE_NAMES = {"--speculative-dflash-block-size": "--speculative-num-draft-tokens",
+                  "--speculative-dflash-draft-window-size": "--speculative-draft-window-size"}
 
 
-def _force_one(a: dict[str, Any], warnings: list[str], algo_name: str) -> None:
-    for key in ("speculative_num_steps", "speculative_eagle_topk"):
-        if a.get(key) is None:
-            a[key] = 1
-        elif int(a[key]) != 1:
-            warnings.append(
-                f"{algo_name} only supports {key} == 1; overriding {key}={a[key]} to 1."
-            )
-            a[key] = 1
+def _as_release(argv: list[str]) -> list[str]:
+    """A DDTree build's command line as SGLang 0.5.23 reads it: DDTREE as the DFLASH it builds on,
+    the renamed flags under their 0.5.23 names, without ``--speculative-ddtree-budget``."""
+    out: list[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        name, eq, value = word.partition("=")
+        if name == "--speculative-ddtree-budget":
+            skip = not eq
+            continue
+        name = _RELEASE_NAMES.get(name, name)
+        if out and out[-1] == "--speculative-algorithm" and word.upper() == "DDTREE":
+            word = "DFLASH"
+        elif name == "--speculative-algorithm" and eq and value.upper() == "DDTREE":
+            word = f"{name}=DFLASH"
+        else:
+            word = f"{name}{eq}{value}" if eq else name if word.startswith("--") else word
+        out.append(word)
+    return out
 
 
-def _handle_dflash(a: dict[str, Any], warnings: list[str], draft_cfg: dict[str, Any] | None) -> None:
-    if not (a["device"].startswith("cuda") or a["device"] == "npu"):
-        raise LaunchError(
-            "ValueError", "DFLASH speculative decoding only supports CUDA and NPU devices."
-        )
-    if a.get("pp_size", 1) != 1:
-        raise LaunchError(
-            "ValueError", "Currently DFLASH speculative decoding only supports pp_size == 1."
-        )
-    if a.get("speculative_draft_model_path") is None:
-        raise LaunchError(
-            "ValueError",
-            "DFLASH speculative decoding requires setting --speculative-draft-model-path.",
-        )
-    _force_one(a, warnings, "DFLASH")
-    block = a.get("speculative_dflash_block_size")
-    if block is not None:
-        if int(block) <= 0:
-            raise LaunchError(
-                "ValueError",
-                f"DFLASH requires --speculative-dflash-block-size to be positive, got {block}.",
-            )
-        ndt = a.get("speculative_num_draft_tokens")
-        if ndt is not None and int(ndt) != int(block):
-            raise LaunchError(
-                "ValueError",
-                "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are "
-                "set but they differ. For DFLASH they must match. "
-                f"speculative_num_draft_tokens={ndt}, speculative_dflash_block_size={block}.",
-            )
-        a["speculative_num_draft_tokens"] = int(block)
-    if a.get("speculative_num_draft_tokens") is None:
-        inferred = _dflash_block_size_from(draft_cfg)
-        if inferred is None:
-            inferred = 16
-            warnings.append(
-                "speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH."
-            )
-        a["speculative_num_draft_tokens"] = inferred
-    window = a.get("speculative_draft_window_size")
-    draft_tokens = int(a["speculative_num_draft_tokens"])
-    if window is not None and int(window) < draft_tokens:
-        raise LaunchError(
-            "ValueError",
-            "--speculative-draft-window-size must be >= --speculative-num-draft-tokens "
-            f"(block_size). window_size={window}, block_size={draft_tokens}.",
-        )
-    if a.get("speculative_draft_attention_backend") is None:
-        a["speculative_draft_attention_backend"] = a.get("attention_backend") or "flashinfer"
-    _reset_max_running(a, warnings)
-    if a.get("enable_mixed_chunk"):
-        a["enable_mixed_chunk"] = False
-        warnings.append(
-            "Mixed chunked prefill is disabled because of using dflash speculative decoding."
-        )
-
-
-def _handle_ddtree(a: dict[str, Any], warnings: list[str]) -> None:
+def _handle_ddtree(a: dict[str, Any], warnings: list[str], ns: argparse.Namespace) -> None:
+    """DDTree's rules (SIMULATED: written from sgl-project/sglang PR #29907, which is in no release),
+    after real SGLang resolved the command line as DFLASH."""
     if a.get("speculative_use_rejection_sampling"):
         raise LaunchError(
             "ValueError", "DDTREE speculative decoding does not support --speculative-use-rejection-sampling."
         )
-    page_size = a.get("page_size")
+    page_size = getattr(ns, "page_size", None)
     if page_size is not None and int(page_size) != 1:
         raise LaunchError(
             "ValueError", f"DDTREE speculative decoding requires --page-size 1, got page_size={page_size}."
@@ -519,135 +440,19 @@ def _handle_ddtree(a: dict[str, Any], warnings: list[str]) -> None:
             "ValueError", f"--speculative-ddtree-budget must be >= 1, got speculative_ddtree_budget={budget}."
         )
     backend = a.get("attention_backend")
-    if budget > block - 1 and backend != "triton":
+    prefill = a.get("prefill_attention_backend") or backend
+    decode = a.get("decode_attention_backend") or backend
+    if budget > block - 1 and (prefill != "triton" or decode != "triton"):
         raise LaunchError(
             "ValueError",
             f"DDTREE full-tree mode (speculative_ddtree_budget={budget} > speculative_num_draft_tokens - 1 = "
-            f"{block - 1}) requires --attention-backend triton, got attention_backend={backend}.",
+            f"{block - 1}) requires the triton attention backend for prefill and decode, got "
+            f"prefill_attention_backend={prefill}, decode_attention_backend={decode}.",
         )
     a["speculative_ddtree_budget"] = budget
     if not a.get("disable_overlap_schedule"):
         a["disable_overlap_schedule"] = True
         warnings.append("Overlap scheduler is disabled because of using DDTREE speculative decoding.")
-
-
-def _handle_dspark(a: dict[str, Any], warnings: list[str], draft_cfg: dict[str, Any] | None) -> None:
-    if a.get("pp_size", 1) != 1:
-        raise LaunchError(
-            "ValueError", "Currently DSpark speculative decoding only supports pp_size == 1."
-        )
-    if a.get("speculative_draft_model_path") is None:
-        raise LaunchError(
-            "ValueError",
-            "DSpark dense speculative decoding requires setting --speculative-draft-model-path.",
-        )
-    _force_one(a, warnings, "DSpark")
-    gamma = a.get("speculative_dspark_block_size")
-    if gamma is not None and int(gamma) <= 0:
-        raise LaunchError(
-            "ValueError",
-            f"DSpark requires --speculative-dspark-block-size to be positive, got {gamma}.",
-        )
-    if gamma is None:
-        gamma = _dflash_block_size_from(draft_cfg)
-    if gamma is None and a.get("speculative_num_draft_tokens") is None:
-        gamma = 15
-        warnings.append("DSpark gamma is not set; defaulting to 15.")
-    if gamma is not None:
-        window = int(gamma) + 1
-        ndt = a.get("speculative_num_draft_tokens")
-        if ndt is not None and int(ndt) != window:
-            raise LaunchError(
-                "ValueError",
-                f"DSpark speculative_num_draft_tokens must equal gamma + 1 (= {window} for "
-                f"gamma={gamma}), but got speculative_num_draft_tokens={ndt}.",
-            )
-        a["speculative_num_draft_tokens"] = window
-    if int(a["speculative_num_draft_tokens"]) < 2:
-        raise LaunchError(
-            "ValueError",
-            "DSpark speculative_num_draft_tokens must be >= 2 (= gamma + 1), got "
-            f"{a['speculative_num_draft_tokens']}.",
-        )
-    _reset_max_running(a, warnings)
-
-
-def _handle_ngram(a: dict[str, Any], warnings: list[str]) -> None:
-    _reset_max_running(a, warnings)
-    a["enable_mixed_chunk"] = False
-    a["speculative_eagle_topk"] = a.get("speculative_ngram_max_bfs_breadth") or 10
-    if a.get("speculative_num_draft_tokens") is None:
-        a["speculative_num_draft_tokens"] = 12
-        warnings.append(
-            "speculative_num_draft_tokens is set to 12 by default for ngram speculative "
-            "decoding. You can override this by explicitly setting --speculative-num-draft-tokens."
-        )
-    if a.get("speculative_num_steps") is None:
-        a["speculative_num_steps"] = max(
-            1, a["speculative_num_draft_tokens"] // a["speculative_eagle_topk"]
-        )
-
-
-#: Target architectures whose checkpoint carries its own MTP head (draft path defaults to it).
-_MTP_ARCHS = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV4ForCausalLM",
-              "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM",
-              "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "MiMoV2ForCausalLM",
-              "Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
-
-
-def _handle_eagle_family(
-    a: dict[str, Any], warnings: list[str], requested: str | None, target_cfg: dict[str, Any] | None
-) -> None:
-    _reset_max_running(a, warnings)
-    if a.get("enable_mixed_chunk"):
-        a["enable_mixed_chunk"] = False
-        warnings.append(
-            "Mixed chunked prefill is disabled because of using eagle speculative decoding."
-        )
-    archs = (target_cfg or {}).get("architectures") or ["Qwen3ForCausalLM"]
-    if a.get("speculative_draft_model_path") is None:
-        if (requested or "").upper() == "NEXTN" or archs[0] in _MTP_ARCHS:
-            # NEXTN / MTP: the draft layers live in the target checkpoint.
-            a["speculative_draft_model_path"] = a["model_path"]
-            a["speculative_draft_model_revision"] = a.get("revision") or "main"
-        else:
-            raise LaunchError(
-                "ValueError",
-                f"{a['speculative_algorithm']} speculative decoding requires setting "
-                "--speculative-draft-model-path.",
-            )
-    if not a.get("speculative_adaptive") and a.get("speculative_num_steps") is None:
-        if a.get("speculative_eagle_topk") is not None or a.get(
-            "speculative_num_draft_tokens"
-        ) is not None:
-            raise LaunchError(
-                "AssertionError",
-                "--speculative-eagle-topk and --speculative-num-draft-tokens need "
-                "--speculative-num-steps (SGLang asserts both are unset when it auto-chooses "
-                "the speculative parameters)",
-            )
-        steps, topk, ndt = (5, 4, 8) if archs[0] == "LlamaForCausalLM" else (3, 1, 4)
-        if a["speculative_algorithm"] == "STANDALONE":
-            steps, topk, ndt = 3, 1, 4
-        a["speculative_num_steps"], a["speculative_eagle_topk"] = steps, topk
-        a["speculative_num_draft_tokens"] = ndt
-    if a.get("speculative_eagle_topk") is None:
-        a["speculative_eagle_topk"] = 1
-    if a.get("speculative_num_draft_tokens") is None:
-        a["speculative_num_draft_tokens"] = int(a["speculative_num_steps"]) + 1
-    if int(a["speculative_num_steps"]) <= 0:
-        raise LaunchError(
-            "ValueError",
-            f"--speculative-num-steps must be positive, got {a['speculative_num_steps']}.",
-        )
-    if a["speculative_eagle_topk"] == 1 and a["speculative_num_draft_tokens"] != (
-        a["speculative_num_steps"] + 1
-    ):
-        warnings.append(
-            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-            "speculative_eagle_topk == 1"
-        )
-        a["speculative_num_draft_tokens"] = a["speculative_num_steps"] + 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -1593,7 +1398,10 @@ def main(argv: list[str] | None = None) -> int:
     launch = shlex.join(["sglang", "serve", *argv] if via_serve
                         else ["python", "-m", "sglang.launch_server", *argv])
     try:
-        resolved = resolve_args(ns)
+        resolved = resolve_args(ns, argv)
+    except UsageError as exc:  # real SGLang's argparse refused what the simulator's parser took
+        sys.stderr.write(parser.format_usage() + f"{exc}\n")
+        return 2
     except LaunchError as exc:
         sys.stderr.write(f"{exc.kind}: {exc.message}\n")
         return 1

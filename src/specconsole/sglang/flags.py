@@ -28,6 +28,11 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
 CHECKED: dict[str, tuple[str, ...]] = {
     "page_size": ("--page-size",),
     "rejection_sampling": ("--speculative-use-rejection-sampling",),
+    "prefill_attention_backend": ("--prefill-attention-backend",),
+    "decode_attention_backend": ("--decode-attention-backend",),
+    "pp_size": ("--pp-size", "--pipeline-parallel-size"),
+    "enable_dp_attention": ("--enable-dp-attention",),
+    "enable_dp_lm_head": ("--enable-dp-lm-head",),
 }
 
 #: Aliases SGLang accepts but hides from ``--help`` (``help=argparse.SUPPRESS``): canonical name
@@ -100,6 +105,18 @@ class SglangCli:
     def __contains__(self, name: str) -> bool:
         return name in self.flags
 
+    def canonical(self, word: str) -> str:
+        """The option a command-line word names, as argparse reads it: the name itself, or the one
+        option it is an unambiguous prefix of (``--speculative-algo`` -> ``--speculative-algorithm``;
+        argparse's ``allow_abbrev``). A word that names no option, or several, is returned as is."""
+        if word in self.flags or not word.startswith("--"):
+            return word
+        found = {id(f): n for n, f in self.flags.items() if n.startswith(word) and n not in f.hidden}
+        if len(found) != 1:
+            return word
+        (name,) = found.values()
+        return name
+
     def name_for(self, concept: str) -> str | None:
         """This version's flag for a concept (None when it has none). A hidden alias counts only
         through the name ``--help`` lists."""
@@ -154,9 +171,10 @@ class Argv:
             word = rest[j]
             if word.startswith("--") and "=" in word:
                 k, v = word.split("=", 1)
-                options.append((k, v))
+                options.append((cli.canonical(k), v))
                 j += 1
             elif word.startswith("--"):
+                word = cli.canonical(word)
                 nxt = rest[j + 1] if j + 1 < len(rest) else None
                 if cli.takes_value(word) and nxt is not None and not nxt.startswith("--"):
                     options.append((word, nxt))
