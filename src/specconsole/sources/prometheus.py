@@ -3,7 +3,8 @@ conversion of the answers into the same samples the SSH sources publish.
 
 For fleets already scraped by Prometheus: GPUs from NVIDIA's DCGM exporter
 (``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_DEV_FB_USED``, ``DCGM_FI_DEV_FB_FREE``,
-``DCGM_FI_DEV_POWER_USAGE``, ``DCGM_FI_DEV_GPU_TEMP``; labels ``gpu``, ``UUID``, ``modelName``,
+``DCGM_FI_DEV_FB_RESERVED`` where the exporter has it, ``DCGM_FI_DEV_POWER_USAGE``,
+``DCGM_FI_DEV_GPU_TEMP``; labels ``gpu``, ``UUID``, ``modelName``,
 ``Hostname``) and SGLang's ``sglang:*`` metrics. Every query covers the WHOLE fleet; the
 answers are split per host by the host label (``[prometheus] host_label``, then ``hostname``,
 then the host part of ``instance``), mapped to console host names by ``host_map``, a host's
@@ -37,6 +38,9 @@ DCGM_FIELDS: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", "temperature.gpu"),
 }
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
+#: The driver's reserved memory (dcgm-exporter's default-counters.csv has it; older counters
+#: files do not): FREE does not count it, so memory.total = USED + FREE + RESERVED.
+FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 #: The SGLang series the console reads and how ranks/models are combined per host.
 SGLANG_SUM = ("gen_throughput", "num_running_reqs", "num_queue_reqs", "generation_tokens_total",
               "prompt_tokens_total", "spec_verify_calls_total", "num_requests_total")
@@ -145,7 +149,7 @@ class Queries:
 
     def gpu_values(self) -> str:
         """Memory, power and temperature of every GPU: every ``detail_every`` refreshes."""
-        names = "|".join(n for n in DCGM_FIELDS if n != UTIL)
+        names = "|".join([*(n for n in DCGM_FIELDS if n != UTIL), FB_RESERVED])
         return f'max by (__name__, {self.by_host}, gpu) ({{__name__=~"{names}"}})'
 
     def gpu_labels(self) -> str:
@@ -300,13 +304,14 @@ def _reading(index: int, values: Mapping[str, float], util: float | None,
              ident: tuple[str | None, str | None], why: str = "not in Prometheus") -> GpuReading:
     """One GPU from its detail ``values`` (DCGM field -> value) and its utilization."""
     unavailable: dict[str, str] = {}
-    if len(values) < _DETAIL_FIELDS or util is None:
+    reserved = values.get(FB_RESERVED)
+    if len(values) - (reserved is not None) < _DETAIL_FIELDS or util is None:
         for metric, (attr, smi_field) in DCGM_FIELDS.items():
             if attr == "memory_free_mib" or metric in values or (metric == UTIL and util is not None):
                 continue
             unavailable[smi_field] = f"[{metric} {why}]"
     used, free = values.get("DCGM_FI_DEV_FB_USED"), values.get("DCGM_FI_DEV_FB_FREE")
-    total = used + free if used is not None and free is not None else None
+    total = used + free + (reserved or 0.0) if used is not None and free is not None else None
     if total is None:
         unavailable["memory.total"] = f"[DCGM_FI_DEV_FB_FREE {why}]"
     return GpuReading(index, ident[0], ident[1], util, None, used, total,
