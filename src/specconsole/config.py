@@ -94,6 +94,12 @@ class SglangConfig:
     draft_model_path: Text | None = None
     api_key: Text | None = None
     source: SglangSource = "auto"
+    #: the most ``/metrics`` may answer (read streamed; the rest is never read): a server, or a
+    #: proxy in front of it, answering 200 MB must not make the console hold 200 MB
+    max_metrics_mib: Annotated[float, _positive("0 would refuse every /metrics answer")] = 8.0
+    #: the same for the JSON endpoints (``/health``, ``/server_info``; ``/generate`` gets this
+    #: plus 64 bytes per requested token)
+    max_body_mib: Annotated[float, _positive("0 would refuse every answer")] = 1.0
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,8 @@ class PrometheusConfig:
     #: faster shows nothing new (and a 1,000-host fleet's answer is ~5 MB).
     interval_s: Annotated[float, _positive("it is the time between two fleet queries")] = 5.0
     timeout_s: Annotated[float, _positive("0 would fail every query")] = 5.0
+    #: the most one query's answer may hold (a 1,000-host fleet's per-GPU answer is ~5 MB)
+    max_body_mib: Annotated[float, _positive("0 would refuse every answer")] = 64.0
     history_s: Annotated[float, num(ge=0, why="how far back the plots start; 0: no history")] = 3600.0
 
 

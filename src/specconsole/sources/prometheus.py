@@ -11,11 +11,13 @@ then the host part of ``instance``), mapped to console host names by ``host_map`
 ``name`` or its SSH ``host``.
 
 Every failure is a :class:`PrometheusError` whose message is one line naming Prometheus, the
-URL and, where there is one, the fix.
+URL and, where there is one, the fix. An answer is read within one total deadline
+(``timeout_s``, body included) and streamed with a size cap (``max_body_mib``, 64 MiB).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -26,6 +28,7 @@ import msgspec
 
 from specconsole.config import Config, HostConfig, PrometheusConfig
 from specconsole.errors import SpecConsoleError
+from specconsole.http_body import MIB, BodyTooLarge, mib_text, read_capped
 from specconsole.sources.gpu import GpuReading, GpuSnapshot, GpuState
 from specconsole.sources.sglang import ServerState, SglangMetrics, SglangSnapshot
 
@@ -81,8 +84,10 @@ class PrometheusError(SpecConsoleError):
 class PrometheusClient:
     """The two calls of Prometheus's HTTP API the console needs: instant and range queries."""
 
-    def __init__(self, url: str, *, timeout_s: float) -> None:
+    def __init__(self, url: str, *, timeout_s: float, max_body_bytes: int = 64 * MIB) -> None:
         self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
         self._client = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, trust_env=False)
 
     async def aclose(self) -> None:
@@ -104,7 +109,17 @@ class PrometheusClient:
     async def _get(self, path: str, params: dict[str, str], kind: str) -> _Data:
         where = f"Prometheus at {self.url}"
         try:
-            resp = await self._client.get(path, params=params)
+            # httpx's timeout bounds each read; the whole answer, body included, gets one deadline
+            async with asyncio.timeout(self.timeout_s):
+                async with self._client.stream("GET", path, params=params) as resp:
+                    content = await read_capped(resp, self.max_body_bytes)
+        except BodyTooLarge as exc:
+            raise PrometheusError(f"{where}{path} answered more than {mib_text(exc.limit)}; raise "
+                                  "[prometheus] max_body_mib or check what answers there") from None
+        except TimeoutError:
+            raise PrometheusError(f"{where} did not answer within {self.timeout_s:g}s (total "
+                                  "deadline, body included) — raise [prometheus] timeout_s or "
+                                  "check its load") from None
         except httpx.ConnectError as err:
             raise PrometheusError(f"{where} is unreachable ({_one_line(err) or 'connection refused'})"
                                   " — is it running? check [prometheus] url") from None
@@ -114,7 +129,7 @@ class PrometheusClient:
         except httpx.HTTPError as err:
             raise PrometheusError(f"{where}: {type(err).__name__}: {_one_line(err)}") from None
         try:
-            body = _DECODER.decode(resp.content)
+            body = _DECODER.decode(content)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise PrometheusError(f"{where} answered HTTP {resp.status_code} that is not the "
                                   "Prometheus API — check [prometheus] url") from None

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from specconsole.config import SglangConfig
 from specconsole.errors import HostError
 from specconsole.hosts.base import ConnState, Host
+from specconsole.http_body import MIB
 from specconsole.samples import Sample
 from specconsole.sglang.client import SglangClient, SglangError, one_line
 from specconsole.sglang.info import ServerInfo
@@ -243,7 +244,9 @@ class SglangSource:
                      if self.cfg.tunnel else self.cfg.base_url)
             self._client = SglangClient(url, timeout_s=self.cfg.timeout_s,
                                         api_key=self.cfg.api_key, unit=self.cfg.unit,
-                                        display_url=shown)
+                                        display_url=shown,
+                                        max_body_bytes=round(self.cfg.max_body_mib * MIB),
+                                        max_metrics_bytes=round(self.cfg.max_metrics_mib * MIB))
             self._client_url = url
         return self._client
 
