@@ -1,4 +1,5 @@
-"""SGLang's HTTP API (``/health``, ``/server_info``, ``/metrics``, ``/generate``).
+"""SGLang's HTTP API (``/health``, ``/health_generate``, ``/server_info``, ``/metrics``,
+``/generate``).
 
 :class:`SglangClient` turns every failure into a one-line :class:`SglangError` naming the URL
 and the fix. Every answer is read within one total deadline (``timeout_s``, body included) and
@@ -166,6 +167,16 @@ class SglangClient:
         if resp.status_code in (200, 503):
             return resp.status_code
         raise self._http_error(resp, "/health")
+
+    async def health_generate(self, timeout_s: float) -> int:
+        """``/health_generate``: a one-token generation through the scheduler (ignored while it is
+        busy with other requests). 200 when it went through, 503 while starting or shutting
+        down (or, in SGLang, when the generation did not come back in its own 20 s); anything
+        else raises. ``timeout_s``: a generation may wait behind the running batch."""
+        resp = await self._request("GET", "/health_generate", timeout_s=timeout_s)
+        if resp.status_code in (200, 503):
+            return resp.status_code
+        raise self._http_error(resp, "/health_generate")
 
     async def server_info(self) -> ServerInfo:
         """``/server_info`` (falling back to the deprecated ``/get_server_info``)."""
