@@ -7,10 +7,11 @@ says why (the cap), its peak RSS (``VmHWM`` in ``/proc/PID/status``) over ``--se
 watching (several polls, each hung up on at the cap), and how many bytes the server managed
 to send per poll. Target: peak RSS under 150 MB.
 
-``--cap-mib 256`` raises ``max_metrics_mib`` above the body, i.e. what the console did before
-it had a cap (it reads the whole 200 MB, then fails to parse the cut last line).
+``--cap-mib 256`` raises ``max_metrics_mib`` above the body (the whole 200 MB is read, then its
+cut last line fails to parse); ``--src DIR`` runs the console from another source tree (e.g. a
+``git archive`` of the commit before the cap: before/after on the same machine).
 
-Usage: .venv/bin/python bench/metrics_flood.py [--mib 200] [--cap-mib 8] [--seconds 10]
+Usage: .venv/bin/python bench/metrics_flood.py [--mib 200] [--cap-mib 8] [--seconds 10] [--src DIR]
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main() -> int:
     p.add_argument("--mib", type=float, default=200.0, help="size of the /metrics answer (MiB)")
     p.add_argument("--cap-mib", type=float, default=None, help="hosts.sglang.max_metrics_mib (default: the console's)")
     p.add_argument("--seconds", type=float, default=10.0, help="how long to watch after the first reason")
+    p.add_argument("--src", help="run the console from this source tree (its src/ folder goes first on PYTHONPATH)")
     a = p.parse_args()
     server = FloodServer({"/metrics": round(a.mib * MIB)})
     cap = f"max_metrics_mib = {a.cap_mib:g}\n" if a.cap_mib is not None else ""
@@ -49,8 +51,11 @@ def main() -> int:
                           f'[hosts.sglang]\nbase_url = "{server.url}"\ninterval_s = 1\ntimeout_s = 30\n{cap}')
         exe = Path(sys.executable).with_name("specconsole")
         t0 = time.monotonic()
+        env = dict(os.environ)
+        if a.src:
+            env["PYTHONPATH"] = str(Path(a.src).resolve() / "src")
         proc = subprocess.Popen([str(exe), "status", "--watch", "--json", "--interval", "0.5",
-                                 "--config", str(config)], stdout=subprocess.PIPE, text=True)
+                                 "--config", str(config)], stdout=subprocess.PIPE, text=True, env=env)
         assert proc.stdout is not None
         first: float | None = None
         reason = ""
@@ -86,7 +91,7 @@ def main() -> int:
             proc.wait(10)
             server.close()
     polls = server.hung_up("/metrics") + server.finished("/metrics")
-    print(f"/metrics answer: {a.mib:g} MiB; console cap: "
+    print(f"console: {a.src or 'this tree'}; /metrics answer: {a.mib:g} MiB; console cap: "
           f"{f'{a.cap_mib:g} MiB' if a.cap_mib is not None else 'default'}")
     print(f"time until the reason showed: {first:.2f} s" if first is not None else "no reason within 120 s")
     print(f"reason: {reason}")
