@@ -341,19 +341,32 @@ async def test_real_nvml_without_driver_is_no_driver():
 MIB = 1024 * 1024
 
 
-def fake_pynvml(gpus: list[dict[str, Any]]) -> tuple[types.ModuleType, Counter[str]]:
+def fake_pynvml(gpus: list[dict[str, Any]], *,
+                binding: str = "12.535") -> tuple[types.ModuleType, Counter[str]]:
     """A stand-in ``pynvml`` for the success path (this machine has no GPU). It keeps the real
     module's exception classes and constants (``NVMLError(NVML_ERROR_NOT_SUPPORTED)`` is a real
-    ``NVMLError_NotSupported``) and NVML's units: bytes for memory, milliwatts for power."""
+    ``NVMLError_NotSupported``) and NVML's units: bytes for memory, milliwatts for power.
+
+    Memory as the driver gives it: the v1 struct's ``used`` counts the driver's reserved memory
+    (``reserved_mib``) with the allocated memory (``used_mib``); the v2 struct
+    (``nvmlDeviceGetMemoryInfo(h, version=nvmlMemory_v2)``, as in the real module) has them
+    apart, ``free = total - reserved - used``. ``binding="old"`` is a binding older than 12.535
+    (no ``version`` argument, no ``nvmlMemory_v2``); a GPU with ``"memory_v2"`` in
+    ``unsupported``, or ``"v2_missing": True`` (a driver without ``nvmlDeviceGetMemoryInfo_v2``:
+    ``NVMLError_FunctionNotFound``), answers only v1. ``limit_mw`` is the power management
+    limit (nvidia-smi's power.limit), ``enforced_mw`` the enforced one."""
     real = importlib.import_module("pynvml")
     mod = types.ModuleType("pynvml")
     for k, v in vars(real).items():
         if k.startswith(("NVMLError", "NVML_")):
             setattr(mod, k, v)
+    if binding != "old":
+        mod.nvmlMemory_v2 = real.nvmlMemory_v2
     calls: Counter[str] = Counter()
 
     def check(h: int, what: str) -> dict[str, Any]:
         calls[what] += 1
+        calls[f"{what}[{h}]"] += 1
         g = gpus[h]
         if g.get("lost"):
             raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
@@ -371,11 +384,23 @@ def fake_pynvml(gpus: list[dict[str, Any]]) -> tuple[types.ModuleType, Counter[s
         g = check(h, "util")
         return types.SimpleNamespace(gpu=g.get("util", 0), memory=g.get("mem_util", 0))
 
-    def memory(h: int) -> Any:
-        g = check(h, "memory")
+    def memory_v1(h: int) -> Any:
+        g = check(h, "memory_v1")
         total = g.get("total_mib", 143771) * MIB
-        used = g.get("used_mib", 0) * MIB
+        used = (g.get("used_mib", 0) + g.get("reserved_mib", 565)) * MIB
         return types.SimpleNamespace(total=total, used=used, free=total - used)
+
+    def memory(h: int, version: int | None = None) -> Any:
+        if not version:
+            return memory_v1(h)
+        g = check(h, "memory_v2")
+        if g.get("v2_missing"):
+            raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        assert version == real.nvmlMemory_v2
+        total = g.get("total_mib", 143771) * MIB
+        used, reserved = g.get("used_mib", 0) * MIB, g.get("reserved_mib", 565) * MIB
+        return types.SimpleNamespace(version=version, total=total, reserved=reserved,
+                                     free=total - reserved - used, used=used)
 
     def procs(h: int) -> list[Any]:
         g = check(h, "procs")
@@ -396,9 +421,10 @@ def fake_pynvml(gpus: list[dict[str, Any]]) -> tuple[types.ModuleType, Counter[s
         nvmlDeviceGetName=lambda h: check(h, "name").get("name", "NVIDIA H200"),
         nvmlDeviceGetUUID=lambda h: check(h, "uuid").get("uuid", [U0, U1][h]),
         nvmlDeviceGetUtilizationRates=util,
-        nvmlDeviceGetMemoryInfo=memory,
+        nvmlDeviceGetMemoryInfo=memory_v1 if binding == "old" else memory,
         nvmlDeviceGetPowerUsage=lambda h: check(h, "power").get("power_mw", 80000),
-        nvmlDeviceGetEnforcedPowerLimit=lambda h: check(h, "limit").get("limit_mw", 700000),
+        nvmlDeviceGetPowerManagementLimit=lambda h: check(h, "limit").get("limit_mw", 700000),
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: check(h, "enforced").get("enforced_mw", 700000),
         nvmlDeviceGetTemperature=lambda h, sensor: check(h, "temp").get("temp", 40),
         nvmlDeviceGetClockInfo=lambda h, clock: check(h, "clock").get("sm", 1980),
         nvmlDeviceGetPerformanceState=lambda h: check(h, "pstate").get("pstate", 0),
@@ -411,7 +437,7 @@ def fake_pynvml(gpus: list[dict[str, Any]]) -> tuple[types.ModuleType, Counter[s
 async def test_nvml_success_path_with_a_stand_in_module(monkeypatch):
     gpus = [
         {"name": "NVIDIA H200", "util": 97, "mem_util": 61, "used_mib": 131072, "power_mw": 612400,
-         "temp": 71, "pstate": 0, "unsupported": ("power",),
+         "temp": 71, "pstate": 0, "unsupported": ("power",), "enforced_mw": 500000,
          "procs": [(4242, 131000), (4343, 512)]},
         {"name": "NVIDIA H200", "lost": False},
     ]
@@ -423,8 +449,11 @@ async def test_nvml_success_path_with_a_stand_in_module(monkeypatch):
         g0, g1 = first.value.gpus
         assert (g0.index, g0.uuid, g0.name, g0.pstate) == (0, U0, "NVIDIA H200", "P0")
         assert (g0.utilization_pct, g0.memory_util_pct) == (97.0, 61.0)
+        # nvidia-smi's memory.used: allocated, without the 565 MiB the driver reserves
         assert (g0.memory_used_mib, g0.memory_total_mib) == (131072.0, 143771.0)
+        assert src.memory_api == {0: "v2", 1: "v2"} and calls["memory_v1"] == 0
         assert g0.power_draw_w is None and g0.unavailable == {"power.draw": "[Not Supported]"}
+        # nvidia-smi's power.limit is the management limit, not the (lower) enforced one
         assert g0.power_limit_w == 700.0 and g0.temperature_c == 71.0 and g0.sm_clock_mhz == 1980
         assert g1.power_draw_w == 80.0 and g1.unavailable == {}
         assert [(p.pid, p.name, p.used_memory_mib, p.gpu_uuid, p.gpu_index)
@@ -441,6 +470,33 @@ async def test_nvml_success_path_with_a_stand_in_module(monkeypatch):
     # a handle per index, once; GPU 1's was dropped when it was lost and retried per poll
     assert calls["handle"] >= 2 and calls["handle"] <= 2 + calls["util"]
     assert src.polls >= 4
+
+
+@pytest.mark.parametrize(("binding", "gpu1", "why"), [
+    ("12.535", {"v2_missing": True}, "a driver without nvmlDeviceGetMemoryInfo_v2"),
+    ("12.535", {"unsupported": ("memory_v2",)}, "v2 not supported on that GPU"),
+    ("old", {}, "a binding older than 12.535 (no version argument, no nvmlMemory_v2)"),
+])
+async def test_nvml_memory_falls_back_to_v1_where_v2_is_missing(monkeypatch, binding, gpu1, why):
+    """Where v2 cannot be read, v1 is: its used counts the reserved memory (what it is, said in
+    memory_api), and v2 is not asked again for that GPU."""
+    gpus = [{"used_mib": 1000, "reserved_mib": 565}, {"used_mib": 2000, "reserved_mib": 600, **gpu1}]
+    fake, calls = fake_pynvml(gpus, binding=binding)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    src = NvmlSource(GpuConfig(source="nvml", interval_s=0.05), host_name="localbox")
+    async with running(src) as got:
+        await got.wait_for(ok)
+        last = await got.wait_for(ok, start=len(got.samples) + 2)
+    g0, g1 = last.value.gpus
+    assert (g1.memory_used_mib, g1.memory_total_mib) == (2600.0, 143771.0), why
+    assert g1.unavailable == {}
+    if binding == "old":
+        assert src.memory_api == {0: "v1", 1: "v1"} and g0.memory_used_mib == 1565.0
+        assert calls["memory_v2"] == 0
+    else:
+        assert src.memory_api == {0: "v2", 1: "v1"} and g0.memory_used_mib == 1000.0
+        assert calls["memory_v2[1]"] == 1 and calls["memory_v1[0]"] == 0  # v2 not asked again
+        assert calls["memory_v2[0]"] >= 3 and calls["memory_v1[1]"] >= 3
 
 
 async def test_nvml_driver_unloaded_mid_run(monkeypatch):

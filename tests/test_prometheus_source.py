@@ -21,11 +21,13 @@ from conftest import shared_sglang_judge, wait_for
 from specconsole.config import load_config, parse_config
 from specconsole.errors import ConfigError
 from specconsole.lab import prom_fleet
-from specconsole.lab.dcgm_exporter import FB_TOTAL_MIB, MODEL, expected, gpu_uuid
+from specconsole.lab.dcgm_exporter import FB_RESERVED_MIB, FB_TOTAL_MIB, MODEL, expected, gpu_uuid
+from specconsole.lab.dcgm_exporter import Fleet as ExporterFleet
 from specconsole.lab.environment import free_port
 from specconsole.monitor import Fleet
 from specconsole.sources.gpu import GpuState
 from specconsole.sources.prometheus import (
+    FB_RESERVED,
     UTIL,
     HostNames,
     Queries,
@@ -105,6 +107,44 @@ def test_gpu_snapshots_convert_dcgm_vectors() -> None:
     assert snap.state is GpuState.OK and g.index == 1 and g.uuid == "GPU-x"
     assert g.name == "NVIDIA H200" and g.utilization_pct == 40.0 and g.memory_total_mib == 4000.0
     assert g.power_draw_w is None and "power.draw" in g.unavailable
+
+
+@pytest.mark.parametrize("reserved", [True, False], ids=["with FB_RESERVED", "without"])
+def test_memory_total_counts_the_reserved_memory_when_the_exporter_has_it(reserved: bool) -> None:
+    """FB_FREE leaves the driver's reserved memory out: total = USED + FREE + RESERVED where
+    dcgm-exporter publishes RESERVED, USED + FREE where it does not (older counters files);
+    the exporter double's text goes through the same query shape Prometheus answers with."""
+    c = parse_config(_cfg('[prometheus]\nurl = "http://p:1"'))
+    assert c.prometheus is not None
+    names = HostNames(c.prometheus, c.hosts)
+    assert FB_RESERVED in Queries().gpu_values()
+    want = expected(0, 1, reserved=reserved)
+    assert (FB_RESERVED in want) is reserved
+    lab = {"Hostname": "a", "gpu": "1"}
+    detail = gpu_fields([({**lab, "__name__": k}, 1.0, float(v)) for k, v in want.items()
+                         if k != UTIL], names)
+    util = gpu_fields([(lab, 1.0, want[UTIL])], names, UTIL)
+    g = gpu_snapshots(util, detail, {}, 5.0)["a"].gpus[0]
+    assert g.memory_used_mib == want["DCGM_FI_DEV_FB_USED"]
+    assert g.memory_total_mib == FB_TOTAL_MIB
+    assert g.unavailable == {}
+    # a missing field is still said, RESERVED present or not
+    del detail["a"][1]["DCGM_FI_DEV_GPU_TEMP"]
+    g = gpu_snapshots(util, detail, {}, 5.0)["a"].gpus[0]
+    assert g.temperature_c is None and "temperature.gpu" in g.unavailable
+
+
+def test_the_exporter_double_publishes_fb_reserved_unless_told_not_to() -> None:
+    """What the lab's exporter serves, as dcgm-exporter's default-counters.csv does."""
+    with_it = ExporterFleet(hosts=1, gpus=1).text()
+    without = ExporterFleet(hosts=1, gpus=1, reserved=False).text()
+    assert f"# TYPE {FB_RESERVED} gauge" in with_it
+    assert f'{FB_RESERVED}{{gpu="0",' in with_it and f"}} {FB_RESERVED_MIB}\n" in with_it
+    assert FB_RESERVED not in without
+    free = {t: int(next(line for line in t.splitlines()
+                        if line.startswith("DCGM_FI_DEV_FB_FREE{")).rsplit(" ", 1)[1])
+            for t in (with_it, without)}
+    assert free[without] - free[with_it] == FB_RESERVED_MIB
 
 
 # -- through a real Prometheus -----------------------------------------------------------------

@@ -129,11 +129,11 @@ async def collect(source: SglangSource, until: Callable[[SglangSnapshot], bool],
     return samples
 
 
-def start_sim(tmp_path: Path, *args: str,
-              startup_s: str = "1.0") -> tuple[subprocess.Popen[bytes], str]:
+def start_sim(tmp_path: Path, *args: str, startup_s: str = "1.0",
+              env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     shared_sglang_judge()
-    env = dict(os.environ, SGLANG_SIM_STARTUP_S=startup_s, SGLANG_SIM_STEP_MS="1")
+    env = dict(os.environ, SGLANG_SIM_STARTUP_S=startup_s, SGLANG_SIM_STEP_MS="1", **(env or {}))
     err = (tmp_path / "sim.err").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",
                              *args, "--port", str(port)], stdout=subprocess.DEVNULL,
@@ -199,6 +199,112 @@ async def test_source_follows_a_simulator_start_serve_and_stop(tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def hung_reason(url: str, limit: str = "1") -> str:
+    return (f"{url}/health_generate did not answer within {limit} s while /health answers 200 — the "
+            "scheduler runs no requests (hung?); check `journalctl -u sglang.service`, then "
+            "`systemctl restart sglang.service`")
+
+
+async def test_health_generate_sees_a_hung_scheduler_that_plain_health_misses(tmp_path: Path) -> None:
+    """The simulator's scheduler hangs (SIGUSR1): /health still answers 200, /health_generate
+    blocks. health = "generate" says "hung" (not "down": the server answers), "plain" stays
+    healthy; the hang ends (SIGUSR2): healthy again; the server stops: down."""
+    proc, url = start_sim(tmp_path, "--model-path", "Qwen/Qwen3-8B", "--enable-metrics")
+    try:
+        generate = SglangSource(local_host(), cfg(url, health="generate", health_generate_timeout_s=1.0,
+                                                  health_interval_s=0.3))
+        plain = SglangSource(local_host(), cfg(url, health_interval_s=0.3))
+        await collect(generate, lambda s: s.state is ServerState.HEALTHY and s.metrics is not None)
+        await collect(plain, lambda s: s.state is ServerState.HEALTHY and s.metrics is not None)
+
+        proc.send_signal(signal.SIGUSR1)
+        samples = await collect(generate, lambda s: s.state is not ServerState.HEALTHY)
+        hung = samples[-1]
+        assert hung.value.state is ServerState.HUNG, hung.value
+        assert hung.value.error == hung_reason(url)
+        assert hung.value.status_code is None and hung.value.info is not None  # deployment still shown
+        assert hung.interval == 1.5  # a poll waits out /health_generate: due every 1 + 0.5 s
+        assert not hung.is_stale(hung.at + 1.9)
+        async with SglangClient(url, timeout_s=2) as client:
+            assert await client.health() == 200
+            with pytest.raises(SglangError) as blocked:
+                await client.health_generate(0.5)
+        assert blocked.value.kind == "timeout"
+        seen = {"n": 0}
+
+        def fifth(s: SglangSnapshot) -> bool:
+            seen["n"] += 1
+            return seen["n"] >= 5
+
+        assert {s.value.state for s in await collect(plain, fifth)} == {ServerState.HEALTHY}
+
+        proc.send_signal(signal.SIGUSR2)
+        samples = await collect(generate, lambda s: s.state is ServerState.HEALTHY)
+        assert {s.value.state for s in samples} <= {ServerState.HUNG, ServerState.HEALTHY}
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        down = (await collect(generate, lambda s: s.state is ServerState.DOWN))[-1].value
+        assert down.error is not None and down.error.startswith(f"nothing listening at {url}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_status_json_says_hung(tmp_path: Path) -> None:
+    """SGLANG_SIM_HANG_AFTER_S=0: the scheduler hangs once the server is ready; `status --json`
+    with health = "generate" gives the sglang state "hung" and why."""
+    proc, url = start_sim(tmp_path, "--model-path", "Qwen/Qwen3-8B",
+                          env={"SGLANG_SIM_HANG_AFTER_S": "0"})
+    try:
+        end = time.monotonic() + 30
+        while httpx.get(f"{url}/health", timeout=2).status_code != 200:
+            assert time.monotonic() < end, "the simulator never became ready"
+            time.sleep(0.05)
+        with pytest.raises(httpx.TimeoutException):
+            httpx.get(f"{url}/health_generate", timeout=0.5)
+        config = tmp_path / "console.toml"
+        config.write_text(f'[[hosts]]\nname = "serve"\nrole = "serve"\ngpu.source = "none"\n'
+                          f'[hosts.sglang]\nbase_url = "{url}"\nhealth = "generate"\n'
+                          f'health_generate_timeout_s = 1\n')
+        res = subprocess.run([sys.executable, "-m", "specconsole", "status", "--json", "--config", str(config)],
+                             capture_output=True, text=True, timeout=60)
+        sglang = json.loads(res.stdout)["hosts"][0]["sglang"]
+        assert sglang["value"]["state"] == "hung", res.stdout + res.stderr
+        assert sglang["value"]["error"] == hung_reason(url)
+        assert sglang["interval_s"] == 4.0  # 1 s for /health_generate + timeout_s (3 s) for /health
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_health_generate_failures_other_than_silence(tiny: Callable[..., TinyServer]) -> None:
+    """A /health_generate that answers 503 or 500 while /health answers 200 is hung; both 503
+    is starting (as at start-up); nothing listening is down, not hung."""
+    codes = {"/health": 200, "/health_generate": 503}
+    server = tiny({path: (lambda path=path: (codes[path], "text/plain", b"")) for path in codes}
+                  | {"/server_info": ok_json(INFO), "/metrics": lambda: (200, "text/plain", b"")})
+    source = SglangSource(local_host(), cfg(server.url, health="generate"))
+    snap = (await collect(source, lambda s: s.state is not ServerState.HEALTHY))[-1].value
+    assert snap.state is ServerState.HUNG and snap.status_code == 503
+    assert snap.error is not None and snap.error.startswith(
+        f"{server.url}/health_generate answered 503 while /health answers 200 — the scheduler")
+    codes["/health_generate"] = 500
+    snap = (await collect(source, lambda s: s.status_code == 500))[-1].value
+    assert snap.state is ServerState.HUNG
+    assert snap.error is not None and f"{server.url}/health_generate answered 500 while" in snap.error
+    codes["/health"] = 503
+    snap = (await collect(source, lambda s: s.state is not ServerState.HUNG))[-1].value
+    assert snap.state is ServerState.STARTING and snap.error is None
+    codes.update({"/health": 200, "/health_generate": 200})
+    await collect(source, lambda s: s.state is ServerState.HEALTHY)
+    assert server.hits.count("/health_generate") >= 4
+    server.close()
+    snap = (await collect(source, lambda s: s.state is not ServerState.HEALTHY))[-1].value
+    assert snap.state is ServerState.DOWN
 
 
 # -- against failures ---------------------------------------------------------------------

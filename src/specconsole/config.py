@@ -25,9 +25,14 @@ GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]
 #: [prometheus] server; "auto" is "prometheus" when [prometheus] all_hosts = true, else "http"
 SglangSource = Literal["auto", "http", "prometheus"]
 LogFormat = Literal["auto", "json", "kv", "tqdm", "regex"]
+#: how SGLang's liveness is checked: "plain" asks ``/health``; "generate" asks
+#: ``/health_generate`` (a one-token generation through the scheduler), so a hung scheduler
+#: behind a ``/health`` that still answers 200 shows as "hung"
+SglangHealth = Literal["plain", "generate"]
 ROLES: tuple[str, ...] = get_args(Role)
 GPU_SOURCES: tuple[str, ...] = get_args(GpuSource)
 SGLANG_SOURCES: tuple[str, ...] = get_args(SglangSource)
+SGLANG_HEALTH: tuple[str, ...] = get_args(SglangHealth)
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 
 DEFAULT_CONFIG_ENV = "SPECCONSOLE_CONFIG"
@@ -88,12 +93,23 @@ class SglangConfig:
     tunnel: bool = False
     interval_s: Annotated[float, _positive("it is the time between two polls")] = 2.0
     timeout_s: Annotated[float, _positive("0 would fail every request")] = 3.0
-    #: while healthy, how often ``/health`` is asked (``/metrics`` is read every poll): SGLang's
-    #: ``/health`` runs a one-token generation on an idle server
+    #: while healthy, how often ``/health`` (or ``/health_generate``) is asked (``/metrics`` is
+    #: read every poll): SGLang's ``/health`` runs a one-token generation on an idle server
     health_interval_s: Annotated[float, _positive("it is the time between two health checks")] = 5.0
+    #: "plain": ``/health``; "generate": ``/health_generate``, and a ``/health_generate`` that
+    #: times out or fails while ``/health`` answers 200 is the state "hung"
+    health: SglangHealth = "plain"
+    #: how long ``/health_generate`` may take (a generation waits behind the running batch)
+    health_generate_timeout_s: Annotated[float, _positive("0 would fail every check")] = 10.0
     draft_model_path: Text | None = None
     api_key: Text | None = None
     source: SglangSource = "auto"
+    #: the most ``/metrics`` may answer (read streamed; the rest is never read): a server, or a
+    #: proxy in front of it, answering 200 MB must not make the console hold 200 MB
+    max_metrics_mib: Annotated[float, _positive("0 would refuse every /metrics answer")] = 8.0
+    #: the same for the JSON endpoints (``/health``, ``/server_info``; ``/generate`` gets this
+    #: plus 64 bytes per requested token)
+    max_body_mib: Annotated[float, _positive("0 would refuse every answer")] = 1.0
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,8 @@ class PrometheusConfig:
     #: faster shows nothing new (and a 1,000-host fleet's answer is ~5 MB).
     interval_s: Annotated[float, _positive("it is the time between two fleet queries")] = 5.0
     timeout_s: Annotated[float, _positive("0 would fail every query")] = 5.0
+    #: the most one query's answer may hold (a 1,000-host fleet's per-GPU answer is ~5 MB)
+    max_body_mib: Annotated[float, _positive("0 would refuse every answer")] = 64.0
     history_s: Annotated[float, num(ge=0, why="how far back the plots start; 0: no history")] = 3600.0
 
 

@@ -49,6 +49,7 @@ from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
+from specconsole.http_body import MIB
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.sglang.rebase import find_drift
 from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, show_word
@@ -282,7 +283,8 @@ async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | No
             from specconsole.hosts.address import tunnel_url
 
             url = await tunnel_url(host, url)
-        async with SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key) as client:
+        async with SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key,
+                                max_body_bytes=round(cfg.sglang.max_body_mib * MIB)) as client:
             info = await client.server_info()
     except Exception as err:
         steps.warn(f"SGLang version unknown: /server_info did not answer ({first_line(err)})")

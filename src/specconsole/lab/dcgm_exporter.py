@@ -11,9 +11,14 @@ Values are deterministic (tests compute them with :func:`expected`): host ``h`` 
 GPU ``g`` at tick ``t`` (``int(time / period_s)``, pattern ``wave`` only; ``static`` keeps t=0):
 
 * ``DCGM_FI_DEV_GPU_UTIL`` = (h * 7 + g * 13 + t) % 101
-* ``DCGM_FI_DEV_FB_USED`` = 1000 * (h % 50 + 1) + g, ``DCGM_FI_DEV_FB_FREE`` = 81559 - used
+* ``DCGM_FI_DEV_FB_USED`` = 1000 * (h % 50 + 1) + g, ``DCGM_FI_DEV_FB_RESERVED`` = 561 (the
+  driver's reserved memory), ``DCGM_FI_DEV_FB_FREE`` = 81559 - reserved - used: used + free +
+  reserved is the GPU's memory (``FB_TOTAL_MIB``), as on a real GPU
 * ``DCGM_FI_DEV_POWER_USAGE`` = 100 + h % 400 + g / 10 (three decimals as DCGM prints)
 * ``DCGM_FI_DEV_GPU_TEMP`` = 30 + (h + g) % 50
+
+``reserved=False`` (``--no-fb-reserved``) leaves ``DCGM_FI_DEV_FB_RESERVED`` out, as exporters whose
+counters file lacks it do; FREE is then 81559 - used.
 
 With ``sglang`` (``--sglang``) every host also gets SGLang's serving series (``sglang:*``, labels
 as SGLang's scheduler sets them plus ``Hostname``, which a real fleet's scrape config adds as a
@@ -42,6 +47,8 @@ from typing import Any
 MODEL = "NVIDIA H200"
 DRIVER = "550.90.07"
 FB_TOTAL_MIB = 81559
+FB_RESERVED_MIB = 561
+RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 #: dcgm-exporter's default-counters.csv: field, type, help text.
 FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
@@ -49,6 +56,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    (RESERVED, "gauge", "Framebuffer memory reserved (in MiB)."),
 )
 
 
@@ -74,16 +82,21 @@ def gpu_uuid(prefix: str, h: int, g: int) -> str:
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{host_name(prefix, h)}/{g}"))
 
 
-def expected(h: int, g: int, tick: int = 0) -> dict[str, float]:
-    """The values host ``h``'s GPU ``g`` reports at ``tick``."""
+def expected(h: int, g: int, tick: int = 0, *, reserved: bool = True) -> dict[str, float]:
+    """The values host ``h``'s GPU ``g`` reports at ``tick`` (``reserved``: with
+    ``DCGM_FI_DEV_FB_RESERVED``)."""
     used = 1000 * (h % 50 + 1) + g
-    return {
+    held = FB_RESERVED_MIB if reserved else 0
+    values = {
         "DCGM_FI_DEV_GPU_UTIL": (h * 7 + g * 13 + tick) % 101,
         "DCGM_FI_DEV_FB_USED": used,
-        "DCGM_FI_DEV_FB_FREE": FB_TOTAL_MIB - used,
+        "DCGM_FI_DEV_FB_FREE": FB_TOTAL_MIB - held - used,
         "DCGM_FI_DEV_POWER_USAGE": round(100 + h % 400 + g / 10, 3),
         "DCGM_FI_DEV_GPU_TEMP": 30 + (h + g) % 50,
     }
+    if reserved:
+        values[RESERVED] = held
+    return values
 
 
 @dataclass
@@ -96,6 +109,7 @@ class Fleet:
     pattern: str = "static"
     period_s: float = 1.0
     sglang: bool = False
+    reserved: bool = True
 
     def __post_init__(self) -> None:
         self._labels = [[self._label_text(h, g) for g in range(self.gpus)] for h in range(self.hosts)]
@@ -113,8 +127,11 @@ class Fleet:
     def text(self) -> str:
         tick = self.tick()
         out: list[str] = []
-        values = [[expected(h, g, tick) for g in range(self.gpus)] for h in range(self.hosts)]
+        values = [[expected(h, g, tick, reserved=self.reserved) for g in range(self.gpus)]
+                  for h in range(self.hosts)]
         for name, kind, help_text in FIELDS:
+            if name == RESERVED and not self.reserved:
+                continue
             out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
             for h in range(self.hosts):
                 for g in range(self.gpus):
@@ -176,10 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pattern", choices=("static", "wave"), default="static")
     p.add_argument("--period-s", type=float, default=1.0)
     p.add_argument("--sglang", action="store_true", help="also serve sglang:* series per host")
+    p.add_argument("--no-fb-reserved", dest="reserved", action="store_false",
+                   help="leave DCGM_FI_DEV_FB_RESERVED out (counters files without it)")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--address", default="127.0.0.1")
     a = p.parse_args(argv)
-    fleet = Fleet(a.hosts, a.gpus, a.prefix, a.pattern, a.period_s, a.sglang)
+    fleet = Fleet(a.hosts, a.gpus, a.prefix, a.pattern, a.period_s, a.sglang, a.reserved)
     try:
         server = make_server(fleet, a.port, a.address)
     except OSError as err:

@@ -39,6 +39,14 @@ Start-up
     moment; ``/health`` answers 503 until ready. SIGTERM/SIGINT: logs uvicorn's shutdown
     lines and exits 0.
 
+A hung scheduler
+    SIGUSR1 (or ``SGLANG_SIM_HANG_AFTER_S``) makes the simulated scheduler hang, as a real one
+    stuck in a collective or a CUDA call does: ``/health`` still answers 200 (what SGLang does
+    with ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``), ``/server_info``, ``/model_info`` and
+    ``/metrics`` still answer (the tokenizer process serves them), but ``/health_generate``
+    blocks (and answers 503 after 20 s, SGLang's ``HEALTH_CHECK_TIMEOUT``) and ``/generate``
+    blocks until the hang ends. SIGUSR2 ends it; the requests that were blocked then go through.
+
 Environment
     ``SGLANG_SIM_STARTUP_S``  start-up duration in seconds (default 3).
     ``SGLANG_SIM_FAIL``       crash during start-up: ``oom`` (KV cache allocation,
@@ -51,6 +59,8 @@ Environment
     ``SGLANG_SIM_STEP_MS``    latency of one decode/verify step in ms (default 8).
     ``SGLANG_SIM_STOP_S``     shutting down after SIGTERM takes this long (default 0), as a
                               server finishing its requests and freeing GPU memory does.
+    ``SGLANG_SIM_HANG_AFTER_S`` the scheduler hangs this many seconds after the server is
+                              ready (see "A hung scheduler"; unset: never by itself).
     ``SGLANG_SIM_LOAD``       requests/s of *simulated internal traffic* (default 0): a
                               Poisson stream of fake requests that runs through the same
                               engine model and moves ``gen_throughput``, running/queued
@@ -131,6 +141,8 @@ FLAGS_FILE = "flags-0.5.23.json"
 HELP_FILE = "serve-help-0.5.23.txt"
 
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE", "UNO", "FROZEN_KV_MTP")
+#: How long SGLang's /health_generate waits for its generation before answering 503.
+HEALTH_CHECK_TIMEOUT_S = 20.0
 
 
 class LaunchError(Exception):
@@ -939,6 +951,9 @@ class Server:
         self.ready = False
         #: Set by the signal handler (a plain flag: a handler must not take locks).
         self.stopping = False
+        #: The scheduler hangs (SIGUSR1, SGLANG_SIM_HANG_AFTER_S) until cleared (SIGUSR2); a
+        #: plain flag like ``stopping``, polled by the requests it holds.
+        self.hung = False
         #: Set by the main thread once stopping; the worker threads wait on it.
         self.stop = threading.Event()
         step_ms = _env_float("SGLANG_SIM_STEP_MS", 8.0)
@@ -964,6 +979,16 @@ class Server:
             if left <= 0:
                 return True
             time.sleep(min(0.05, left))
+
+    def wait_scheduler(self, limit_s: float | None = None) -> bool:
+        """Hold a request that needs the scheduler while it hangs: True once it runs again,
+        False when ``limit_s`` passed or the server is stopping first."""
+        end = None if limit_s is None else time.monotonic() + limit_s
+        while self.hung:
+            if self.stopping or self.stop.is_set() or (end is not None and time.monotonic() > end):
+                return False
+            time.sleep(0.05)
+        return True
 
     # -- endpoint bodies ----------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -1156,6 +1181,9 @@ def make_handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if path in ("/health", "/health_generate"):
                 if server.ready and not (server.stopping or server.stop.is_set()):
                     if path == "/health_generate":
+                        if not server.wait_scheduler(HEALTH_CHECK_TIMEOUT_S):
+                            self._send(503)
+                            return
                         time.sleep(server.engine.step_ms / 1000.0)
                     self._send(200)
                 else:
@@ -1193,6 +1221,9 @@ def make_handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw.decode("utf-8")) if raw else None
             except (UnicodeDecodeError, ValueError) as exc:
                 self._error(400, f"Invalid JSON body: {exc}")
+                return
+            if not server.wait_scheduler():
+                self._error(503, "The server is shutting down.")
                 return
             try:
                 result = server.generate(body)
@@ -1382,6 +1413,15 @@ def background_load(server: Server, rate: float) -> None:
                          daemon=True).start()
 
 
+def hang_later(server: Server, after_s: float) -> None:
+    """``SGLANG_SIM_HANG_AFTER_S``: the scheduler hangs ``after_s`` seconds after start-up."""
+    if server.stop.wait(after_s):
+        return
+    server.hung = True
+    log(f"SGLANG_SIM_HANG_AFTER_S={after_s:g}: the simulated scheduler hangs now (SIGUSR2 ends it); "
+        "/health still answers 200, /health_generate and /generate block.")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     started = time.time()
@@ -1413,8 +1453,13 @@ def main(argv: list[str] | None = None) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         server.stopping = True
 
+    def on_hang(signum: int, _frame: Any) -> None:
+        server.hung = signum == signal.SIGUSR1
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, on_hang)
+    signal.signal(signal.SIGUSR2, on_hang)
     host, port = resolved.args["host"], resolved.args["port"]
     try:
         httpd = ThreadingHTTPServer((host, port), make_handler(server))
@@ -1436,6 +1481,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"SGLANG_SIM_LOAD={rate:g}: generating simulated internal traffic "
                 f"({rate:g} requests/s); the numbers it moves are not real requests.")
             threading.Thread(target=background_load, args=(server, rate), daemon=True).start()
+        hang_after = os.environ.get("SGLANG_SIM_HANG_AFTER_S", "").strip()
+        if hang_after:
+            threading.Thread(target=hang_later, args=(server, _env_float("SGLANG_SIM_HANG_AFTER_S", 0.0)),
+                             daemon=True).start()
     while server.pause(3600.0):
         pass
     server.ready = False

@@ -1,7 +1,13 @@
-"""SGLang's HTTP API (``/health``, ``/server_info``, ``/metrics``, ``/generate``).
+"""SGLang's HTTP API (``/health``, ``/health_generate``, ``/server_info``, ``/metrics``,
+``/generate``).
 
 :class:`SglangClient` turns every failure into a one-line :class:`SglangError` naming the URL
-and the fix.
+and the fix. Every answer is read within one total deadline (``timeout_s``, body included) and
+streamed with a size cap (:mod:`specconsole.http_body`): ``max_metrics_bytes`` (8 MiB) for
+``/metrics``, ``max_body_bytes`` (1 MiB) for the JSON endpoints, and for ``/generate``
+``max_body_bytes`` plus 64 bytes per requested token. A larger answer is an
+``SglangError("too_large")`` naming the endpoint, the cap and the config key that raises it;
+the rest of the body is never read.
 """
 
 from __future__ import annotations
@@ -10,25 +16,49 @@ import asyncio
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from specconsole.errors import SpecConsoleError
+from specconsole.http_body import MIB, BodyTooLarge, mib_text, read_capped
 from specconsole.sglang.info import ServerInfo
 from specconsole.sglang.metrics import SglangMetrics, parse_metrics
 
 
 class SglangError(SpecConsoleError):
     """An SGLang call failed. ``kind``: refused, timeout, http, metrics_disabled,
-    unauthorized, malformed, disconnected, transport. ``status_code`` is set for HTTP
-    answers."""
+    unauthorized, malformed, disconnected, transport, too_large. ``status_code`` is set for
+    HTTP answers."""
 
     def __init__(self, kind: str, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.status_code = status_code
 
+
+#: Defaults of the body caps (``[hosts.sglang] max_body_mib`` / ``max_metrics_mib``).
+MAX_BODY_BYTES = 1 * MIB
+MAX_METRICS_BYTES = 8 * MIB
+#: What one generated token may add to a ``/generate`` answer (its text, JSON-escaped, and its id).
+GENERATE_BYTES_PER_TOKEN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer whose body was read in full (within its cap)."""
+
+    status_code: int
+    reason_phrase: str
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
 class SglangClient:
@@ -38,12 +68,16 @@ class SglangClient:
     MIN_RATE_INTERVAL_S = 0.05
 
     def __init__(self, base_url: str, *, timeout_s: float, api_key: str | None = None,
-                 unit: str = "sglang.service", display_url: str | None = None) -> None:
+                 unit: str = "sglang.service", display_url: str | None = None,
+                 max_body_bytes: int = MAX_BODY_BYTES,
+                 max_metrics_bytes: int = MAX_METRICS_BYTES) -> None:
         self.base_url = base_url.rstrip("/")
         #: The URL messages name (a tunnel's local end means nothing to the operator).
         self.display_url = (display_url or base_url).rstrip("/")
         self.timeout_s = timeout_s
         self.unit = unit
+        self.max_body_bytes = max_body_bytes
+        self.max_metrics_bytes = max_metrics_bytes
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s,
                                        headers=headers, trust_env=False)
@@ -61,14 +95,24 @@ class SglangClient:
 
     # -- plumbing -----------------------------------------------------------------------
     async def _request(self, method: str, path: str, *, timeout_s: float | None = None,
-                       **kwargs: Any) -> httpx.Response:
+                       max_bytes: int | None = None, **kwargs: Any) -> Answer:
         url = f"{self.display_url}{path}"
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        limit = self.max_body_bytes if max_bytes is None else max_bytes
         try:
             # httpx's timeout bounds each read, not the request: a server that drips a byte at a
             # time would never time out. The whole request, body included, gets one deadline.
             async with asyncio.timeout(timeout):
-                return await self._http.request(method, path, timeout=timeout, **kwargs)
+                async with self._http.stream(method, path, timeout=timeout, **kwargs) as resp:
+                    body = await read_capped(resp, limit)
+                    return Answer(resp.status_code, resp.reason_phrase, body)
+        except BodyTooLarge as exc:
+            key = "max_metrics_mib" if path == "/metrics" else "max_body_mib"
+            raise SglangError(
+                "too_large",
+                f"{url} answered more than {mib_text(exc.limit)}; raise hosts.sglang.{key} "
+                f"or check what the server sends there",
+            ) from None
         except TimeoutError:
             raise SglangError(
                 "timeout",
@@ -96,7 +140,7 @@ class SglangClient:
         except httpx.HTTPError as exc:
             raise SglangError("transport", f"{url}: {one_line(exc)}") from None
 
-    def _http_error(self, resp: httpx.Response, path: str) -> SglangError:
+    def _http_error(self, resp: Answer, path: str) -> SglangError:
         url = f"{self.display_url}{path}"
         code = resp.status_code
         if code == 401:
@@ -109,7 +153,7 @@ class SglangClient:
         return SglangError("http", msg, code)
 
     @staticmethod
-    def _json(resp: httpx.Response, url: str) -> Any:
+    def _json(resp: Answer, url: str) -> Any:
         try:
             return resp.json()
         except (ValueError, UnicodeDecodeError) as exc:
@@ -123,6 +167,16 @@ class SglangClient:
         if resp.status_code in (200, 503):
             return resp.status_code
         raise self._http_error(resp, "/health")
+
+    async def health_generate(self, timeout_s: float) -> int:
+        """``/health_generate``: a one-token generation through the scheduler (ignored while it is
+        busy with other requests). 200 when it went through, 503 while starting or shutting
+        down (or, in SGLang, when the generation did not come back in its own 20 s); anything
+        else raises. ``timeout_s``: a generation may wait behind the running batch."""
+        resp = await self._request("GET", "/health_generate", timeout_s=timeout_s)
+        if resp.status_code in (200, 503):
+            return resp.status_code
+        raise self._http_error(resp, "/health_generate")
 
     async def server_info(self) -> ServerInfo:
         """``/server_info`` (falling back to the deprecated ``/get_server_info``)."""
@@ -140,7 +194,7 @@ class SglangClient:
         return ServerInfo.from_json(data)
 
     async def metrics(self) -> SglangMetrics:
-        resp = await self._request("GET", "/metrics")
+        resp = await self._request("GET", "/metrics", max_bytes=self.max_metrics_bytes)
         now = time.monotonic()
         url = f"{self.display_url}/metrics"
         if resp.status_code == 404:
@@ -192,7 +246,8 @@ class SglangClient:
         body = {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens,
                                                   "temperature": temperature}}
         limit = timeout_s if timeout_s is not None else max(60.0, self.timeout_s)
-        resp = await self._request("POST", "/generate", json=body, timeout_s=limit)
+        cap = self.max_body_bytes + GENERATE_BYTES_PER_TOKEN * max(0, max_new_tokens)
+        resp = await self._request("POST", "/generate", json=body, timeout_s=limit, max_bytes=cap)
         if resp.status_code != 200:
             raise self._http_error(resp, "/generate")
         data = self._json(resp, f"{self.display_url}/generate")
@@ -221,7 +276,7 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:200]
 
 
-def _error_detail(resp: httpx.Response) -> str:
+def _error_detail(resp: Answer) -> str:
     """SGLang's ``{"error": {"message": ...}}`` / FastAPI's ``{"detail": ...}``, or text."""
     try:
         data = resp.json()

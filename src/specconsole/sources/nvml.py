@@ -51,6 +51,14 @@ class NvmlSource:
     "[Not Supported]"`` (nvidia-smi's field names and cell text). ``NVMLError_LibraryNotFound``
     or a driver that is not loaded gives ``no_driver``; ``NVMLError_GpuIsLost`` puts that GPU in
     ``missing``. Units are converted from NVML's (bytes, mW) to nvidia-smi's (MiB, W).
+
+    The readings are nvidia-smi's: ``memory.used`` is the v2 memory struct's ``used`` (allocated
+    memory, without the driver's reserved memory that the v1 struct counts as used), read with
+    ``nvmlDeviceGetMemoryInfo(handle, version=nvmlMemory_v2)`` (nvidia-ml-py >= 12.535); where
+    the binding or the driver has no v2 (no ``version`` argument, no ``nvmlMemory_v2``,
+    ``NVMLError_FunctionNotFound``, ``NotSupported``, ``ArgumentVersionMismatch``) that GPU is
+    read with v1 from then on (:attr:`memory_api` says which). ``power.limit`` is ``nvmlDeviceGetPowerManagementLimit``
+    (the software limit nvidia-smi shows), not the enforced limit.
     """
 
     def __init__(self, cfg: GpuConfig, *, host_name: str = "localhost") -> None:
@@ -64,6 +72,8 @@ class NvmlSource:
         self._static: dict[int, tuple[str | None, str | None]] = {}
         self._proc_names: dict[int, str | None] = {}
         self._seen: set[int] = set()
+        #: GPU index -> "v2" or "v1": which memory struct its ``memory.used`` comes from
+        self.memory_api: dict[int, str] = {}
 
     async def run(self, publish: Publish[GpuSnapshot]) -> None:
         backoff = Backoff()
@@ -190,9 +200,9 @@ class NvmlSource:
         name, uuid = self._static[index]
         util = get(("utilization.gpu", "utilization.memory"), nv.nvmlDeviceGetUtilizationRates,
                    handle)
-        mem = get(("memory.used", "memory.total"), nv.nvmlDeviceGetMemoryInfo, handle)
+        mem = get(("memory.used", "memory.total"), self._memory, nv, index, handle)
         power = get(("power.draw",), nv.nvmlDeviceGetPowerUsage, handle)
-        limit = get(("power.limit",), nv.nvmlDeviceGetEnforcedPowerLimit, handle)
+        limit = get(("power.limit",), nv.nvmlDeviceGetPowerManagementLimit, handle)
         temp = get(("temperature.gpu",), nv.nvmlDeviceGetTemperature, handle,
                    nv.NVML_TEMPERATURE_GPU)
         clock = get(("clocks.sm",), nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
@@ -223,6 +233,26 @@ class NvmlSource:
                 gpu_uuid=uuid, gpu_index=index,
             ))
         return reading, procs
+
+    def _memory(self, nv: ModuleType, index: int, handle: Any) -> Any:
+        """The v2 memory struct (``used`` without reserved memory, as nvidia-smi shows it), or
+        the v1 struct where this binding or driver has no v2 (remembered per GPU)."""
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None and self.memory_api.get(index) != "v1":
+            try:
+                mem = nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except TypeError:  # a binding older than 12.535: no ``version`` argument
+                pass
+            except nv.NVMLError as err:
+                if not _is(nv, err, "NVMLError_FunctionNotFound", "NVMLError_NotSupported",
+                           "NVMLError_ArgumentVersionMismatch"):
+                    raise
+            else:
+                self.memory_api[index] = "v2"
+                return mem
+        mem = nv.nvmlDeviceGetMemoryInfo(handle)
+        self.memory_api[index] = "v1"
+        return mem
 
     def _process_name(self, nv: ModuleType, pid: int) -> str | None:
         if pid not in self._proc_names:

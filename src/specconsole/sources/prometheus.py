@@ -3,18 +3,21 @@ conversion of the answers into the same samples the SSH sources publish.
 
 For fleets already scraped by Prometheus: GPUs from NVIDIA's DCGM exporter
 (``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_DEV_FB_USED``, ``DCGM_FI_DEV_FB_FREE``,
-``DCGM_FI_DEV_POWER_USAGE``, ``DCGM_FI_DEV_GPU_TEMP``; labels ``gpu``, ``UUID``, ``modelName``,
+``DCGM_FI_DEV_FB_RESERVED`` where the exporter has it, ``DCGM_FI_DEV_POWER_USAGE``,
+``DCGM_FI_DEV_GPU_TEMP``; labels ``gpu``, ``UUID``, ``modelName``,
 ``Hostname``) and SGLang's ``sglang:*`` metrics. Every query covers the WHOLE fleet; the
 answers are split per host by the host label (``[prometheus] host_label``, then ``hostname``,
 then the host part of ``instance``), mapped to console host names by ``host_map``, a host's
 ``name`` or its SSH ``host``.
 
 Every failure is a :class:`PrometheusError` whose message is one line naming Prometheus, the
-URL and, where there is one, the fix.
+URL and, where there is one, the fix. An answer is read within one total deadline
+(``timeout_s``, body included) and streamed with a size cap (``max_body_mib``, 64 MiB).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -25,6 +28,7 @@ import msgspec
 
 from specconsole.config import Config, HostConfig, PrometheusConfig
 from specconsole.errors import SpecConsoleError
+from specconsole.http_body import MIB, BodyTooLarge, mib_text, read_capped
 from specconsole.sources.gpu import GpuReading, GpuSnapshot, GpuState
 from specconsole.sources.sglang import ServerState, SglangMetrics, SglangSnapshot
 
@@ -37,6 +41,9 @@ DCGM_FIELDS: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", "temperature.gpu"),
 }
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
+#: The driver's reserved memory (dcgm-exporter's default-counters.csv has it; older counters
+#: files do not): FREE does not count it, so memory.total = USED + FREE + RESERVED.
+FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 #: The SGLang series the console reads and how ranks/models are combined per host.
 SGLANG_SUM = ("gen_throughput", "num_running_reqs", "num_queue_reqs", "generation_tokens_total",
               "prompt_tokens_total", "spec_verify_calls_total", "num_requests_total")
@@ -77,8 +84,10 @@ class PrometheusError(SpecConsoleError):
 class PrometheusClient:
     """The two calls of Prometheus's HTTP API the console needs: instant and range queries."""
 
-    def __init__(self, url: str, *, timeout_s: float) -> None:
+    def __init__(self, url: str, *, timeout_s: float, max_body_bytes: int = 64 * MIB) -> None:
         self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
         self._client = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, trust_env=False)
 
     async def aclose(self) -> None:
@@ -100,7 +109,17 @@ class PrometheusClient:
     async def _get(self, path: str, params: dict[str, str], kind: str) -> _Data:
         where = f"Prometheus at {self.url}"
         try:
-            resp = await self._client.get(path, params=params)
+            # httpx's timeout bounds each read; the whole answer, body included, gets one deadline
+            async with asyncio.timeout(self.timeout_s):
+                async with self._client.stream("GET", path, params=params) as resp:
+                    content = await read_capped(resp, self.max_body_bytes)
+        except BodyTooLarge as exc:
+            raise PrometheusError(f"{where}{path} answered more than {mib_text(exc.limit)}; raise "
+                                  "[prometheus] max_body_mib or check what answers there") from None
+        except TimeoutError:
+            raise PrometheusError(f"{where} did not answer within {self.timeout_s:g}s (total "
+                                  "deadline, body included) — raise [prometheus] timeout_s or "
+                                  "check its load") from None
         except httpx.ConnectError as err:
             raise PrometheusError(f"{where} is unreachable ({_one_line(err) or 'connection refused'})"
                                   " — is it running? check [prometheus] url") from None
@@ -110,7 +129,7 @@ class PrometheusClient:
         except httpx.HTTPError as err:
             raise PrometheusError(f"{where}: {type(err).__name__}: {_one_line(err)}") from None
         try:
-            body = _DECODER.decode(resp.content)
+            body = _DECODER.decode(content)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise PrometheusError(f"{where} answered HTTP {resp.status_code} that is not the "
                                   "Prometheus API — check [prometheus] url") from None
@@ -145,7 +164,7 @@ class Queries:
 
     def gpu_values(self) -> str:
         """Memory, power and temperature of every GPU: every ``detail_every`` refreshes."""
-        names = "|".join(n for n in DCGM_FIELDS if n != UTIL)
+        names = "|".join([*(n for n in DCGM_FIELDS if n != UTIL), FB_RESERVED])
         return f'max by (__name__, {self.by_host}, gpu) ({{__name__=~"{names}"}})'
 
     def gpu_labels(self) -> str:
@@ -300,13 +319,14 @@ def _reading(index: int, values: Mapping[str, float], util: float | None,
              ident: tuple[str | None, str | None], why: str = "not in Prometheus") -> GpuReading:
     """One GPU from its detail ``values`` (DCGM field -> value) and its utilization."""
     unavailable: dict[str, str] = {}
-    if len(values) < _DETAIL_FIELDS or util is None:
+    reserved = values.get(FB_RESERVED)
+    if len(values) - (reserved is not None) < _DETAIL_FIELDS or util is None:
         for metric, (attr, smi_field) in DCGM_FIELDS.items():
             if attr == "memory_free_mib" or metric in values or (metric == UTIL and util is not None):
                 continue
             unavailable[smi_field] = f"[{metric} {why}]"
     used, free = values.get("DCGM_FI_DEV_FB_USED"), values.get("DCGM_FI_DEV_FB_FREE")
-    total = used + free if used is not None and free is not None else None
+    total = used + free + (reserved or 0.0) if used is not None and free is not None else None
     if total is None:
         unavailable["memory.total"] = f"[DCGM_FI_DEV_FB_FREE {why}]"
     return GpuReading(index, ident[0], ident[1], util, None, used, total,

@@ -25,6 +25,7 @@ from typing import Any
 
 from specconsole.config import Config, HostConfig
 from specconsole.events import EventLog
+from specconsole.http_body import MIB
 from specconsole.samples import Sample
 from specconsole.sources import Publish
 from specconsole.sources.gpu import GpuSnapshot, GpuState
@@ -143,7 +144,8 @@ class PrometheusPoller:
     async def run(self) -> None:
         """Poll on a fixed schedule until cancelled (a slow answer skips ticks, never drifts)."""
         interval = float(self.cfg.interval_s)
-        client = PrometheusClient(self.url, timeout_s=self.cfg.timeout_s)
+        client = PrometheusClient(self.url, timeout_s=self.cfg.timeout_s,
+                                  max_body_bytes=round(self.cfg.max_body_mib * MIB))
         self.events.emit(f"reading {len(self.gpu_hosts)} hosts' GPUs and "
                          f"{len(self.sglang_hosts)} SGLang servers from Prometheus at {self.url}",
                          EVENT_SOURCE)

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from specconsole.config import SglangConfig
 from specconsole.errors import HostError
 from specconsole.hosts.base import ConnState, Host
+from specconsole.http_body import MIB
 from specconsole.samples import Sample
 from specconsole.sglang.client import SglangClient, SglangError, one_line
 from specconsole.sglang.info import ServerInfo
@@ -36,6 +37,9 @@ class ServerState(StrEnum):
     ERROR = "error"
     #: The host itself cannot be reached (SSH down or reconnecting): SGLang's state is unknown.
     UNREACHABLE = "unreachable"
+    #: ``health = "generate"``: ``/health_generate`` timed out or failed while ``/health``
+    #: answers 200: the HTTP server is up, the scheduler runs no requests.
+    HUNG = "hung"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +66,14 @@ class SglangSource:
     ``cfg.health_interval_s``: SGLang's ``/health`` runs a one-token generation when the server
     is idle (unless ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``), which a console polling
     every second must not cause; a ``/metrics`` that fails is reported at once, and every poll
-    asks ``/health`` again until the server is healthy. With
+    asks ``/health`` again until the server is healthy.
+
+    With ``cfg.health = "generate"`` the check is ``/health_generate`` instead (a one-token
+    generation through the scheduler, ``cfg.health_generate_timeout_s`` to answer), at the same
+    cadence. When it does not go through (a timeout, a 503, an error) ``/health`` is asked: 200
+    there is HUNG (the HTTP server answers, the scheduler does not), 503 STARTING, no answer the
+    usual DOWN/ERROR; a hung server's samples are due every ``health_generate_timeout_s`` +
+    ``timeout_s``, the time one such check may take. With
     ``cfg.tunnel`` the URL's host:port is reached through ``host.reach`` (waiting for the
     host to connect first) and reached again after any failure, since a reconnect
     invalidates a tunnel. Without a tunnel the console talks to the URL directly.
@@ -93,7 +104,10 @@ class SglangSource:
             while True:
                 started = time.monotonic()
                 snap = await self.poll()
-                publish(Sample(snap, snap.at, interval))
+                due = interval
+                if snap.state is ServerState.HUNG:  # each poll waits out /health_generate
+                    due = max(interval, self.cfg.health_generate_timeout_s + self.cfg.timeout_s)
+                publish(Sample(snap, snap.at, due))
                 delay = interval - (time.monotonic() - started)
                 await asyncio.sleep(max(0.0, delay))
         finally:
@@ -118,14 +132,10 @@ class SglangSource:
                               f"{one_line(exc)}")
         now = time.monotonic()
         if self._health_due(now):
-            try:
-                code = await client.health()
-            except SglangError as exc:
-                await self._after_failure()
-                lost = await self._host_lost()
-                return self._unreachable(lost) if lost is not None else self._failed(exc)
-            if code == 503:
-                return self._snap(ServerState.STARTING, 503, None)
+            checked = await (self._check_generate(client) if self.cfg.health == "generate"
+                             else self._check_plain(client))
+            if checked is not None:
+                return checked
             self._health_at = now
         # healthy: server info (cached), metrics
         try:
@@ -145,6 +155,41 @@ class SglangSource:
             await self._after_failure(transport_only=True, exc=exc)
             return self._failed(exc, self._info)
         return self._snap(ServerState.HEALTHY, 200, None, self._info, metrics)
+
+    # -- health ---------------------------------------------------------------------------
+    async def _check_plain(self, client: SglangClient) -> SglangSnapshot | None:
+        """``/health``: None when it answered 200, else the snapshot to publish."""
+        try:
+            code = await client.health()
+        except SglangError as exc:
+            await self._after_failure()
+            lost = await self._host_lost()
+            return self._unreachable(lost) if lost is not None else self._failed(exc)
+        if code == 503:
+            return self._snap(ServerState.STARTING, 503, None)
+        return None
+
+    async def _check_generate(self, client: SglangClient) -> SglangSnapshot | None:
+        """``/health_generate``: None when it answered 200; else ``/health`` decides between
+        HUNG (200), STARTING (503) and the usual failures (no answer)."""
+        limit = self.cfg.health_generate_timeout_s
+        try:
+            code: int | None = await client.health_generate(limit)
+        except SglangError as exc:
+            if exc.kind == "refused":  # nothing listening: /health cannot answer either
+                return await self._check_plain(client)
+            code, what = exc.status_code, _generate_failure(exc, limit)
+        else:
+            if code == 200:
+                return None
+            what = f"answered {code}"
+        checked = await self._check_plain(client)
+        if checked is not None:
+            return checked  # STARTING, DOWN, ERROR, UNREACHABLE: /health says it all
+        return self._snap(ServerState.HUNG, code, (
+            f"{client.display_url}/health_generate {what} while /health answers 200 — the "
+            f"scheduler runs no requests (hung?); check `journalctl -u {self.cfg.unit}`, then "
+            f"`systemctl restart {self.cfg.unit}`"), self._info)
 
     # -- helpers ------------------------------------------------------------------------
     def _health_due(self, now: float) -> bool:
@@ -243,7 +288,9 @@ class SglangSource:
                      if self.cfg.tunnel else self.cfg.base_url)
             self._client = SglangClient(url, timeout_s=self.cfg.timeout_s,
                                         api_key=self.cfg.api_key, unit=self.cfg.unit,
-                                        display_url=shown)
+                                        display_url=shown,
+                                        max_body_bytes=round(self.cfg.max_body_mib * MIB),
+                                        max_metrics_bytes=round(self.cfg.max_metrics_mib * MIB))
             self._client_url = url
         return self._client
 
@@ -263,3 +310,14 @@ class SglangSource:
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
+
+
+def _generate_failure(exc: SglangError, limit: float) -> str:
+    """What a failed ``/health_generate`` did, as the end of "URL/health_generate ..."."""
+    if exc.kind == "timeout":
+        return f"did not answer within {limit:g} s"
+    if exc.kind == "disconnected":
+        return "closed the connection without answering"
+    if exc.status_code is not None:
+        return f"answered {exc.status_code}"
+    return f"failed ({str(exc).split(': ', 1)[-1]})"

@@ -181,7 +181,10 @@ class HostPane(Vertical):
 # ------------------------------------------------------------------------------ serving
 
 _SGLANG_STATE_VAR = {"healthy": "$success", "starting": "$warning", "loading": "$warning",
-                     "down": "$error", "error": "$error", "unhealthy": "$error"}
+                     "down": "$error", "error": "$error", "unhealthy": "$error", "hung": "$error"}
+#: states drawn as a badge, not a word: "hung" (the HTTP server answers, the scheduler does not)
+#: must not read like "down" at a glance
+_SGLANG_STATE_BADGE = frozenset({"hung"})
 
 
 class ServingPane(Vertical):
@@ -218,7 +221,8 @@ class ServingPane(Vertical):
         message = v.error
         info, m = v.info, v.metrics
         version = info.version if info else None
-        head = f"[b {var}]{escape(state)}[/]"
+        head = (f"[b reverse {var}] {escape(state)} [/]" if state in _SGLANG_STATE_BADGE
+                else f"[b {var}]{escape(state)}[/]")
         if message:
             head += f" [{var}]{escape(str(message))}[/]"
         lines = [f"{head}  ·  SGLang {escape(version or 'n/a')}  ·  [{'$warning' if stale else '$text-muted'}]"
