@@ -464,7 +464,7 @@ async def test_source_skips_an_oversized_line_and_goes_on(tmp_path: Path):
         await wait_for(lambda: run.last.step == 3, timeout=30, what="the condition")
         p = run.last
         assert p.malformed == 1 and p.error is None and p.lines_seen == 3
-        assert any("was skipped: longer than the 1 MiB line limit" in ln for ln in p.recent_lines)
+        assert any("was skipped: longer than the 64 KiB line limit" in ln for ln in p.recent_lines)
         with log.open("a") as f:  # and keeps reading: the same stream, nothing restarted
             f.write(jline(4, T0 + 4) + "\n")
         await wait_for(lambda: run.last.step == 4, timeout=20, what="the condition")
@@ -476,7 +476,6 @@ async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hos
     skipped and counted like the local host's, and reading goes on."""
     from specconsole.config import load_config
     from specconsole.hosts.ssh import SshHost
-    from specconsole.sources.training_progress import MAX_LINE_CHARS
 
     log = lab_hosts.root("train") / "long.log"
     log.write_text(jline(1, T0 + 1) + "\n")
@@ -494,7 +493,7 @@ async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hos
         await wait_for(lambda: samples[-1].value.step == 3, timeout=120, what="the condition")
         p = samples[-1].value
         assert p.malformed >= 1 and p.error is None
-        assert any(f"characters was skipped: longer than the {MAX_LINE_CHARS >> 20} MiB" in ln
+        assert any("was skipped: longer than the 64 KiB line limit" in ln
                    for ln in p.recent_lines)
         assert all(len(ln) <= TrainingTracker.RECENT_CHARS for ln in p.recent_lines)
     finally:

@@ -22,13 +22,13 @@ from specconsole.formats.training_log import (
     display_line,
     strip_ansi,
 )
-from specconsole.hosts.local import STREAM_LINE_LIMIT
+from specconsole.hosts.base import STREAM_LINE_LIMIT, line_limit_text
 from specconsole.samples import format_duration
 
 if TYPE_CHECKING:
     from specconsole.sources.checkpoints import CheckpointListing
 
-#: Longest log line read (as the local host's stream limit); longer ones are skipped, counted.
+#: Longest log line read (the hosts' stream limit); longer ones are skipped, counted.
 MAX_LINE_CHARS = STREAM_LINE_LIMIT
 
 #: A trainer announcing a (re)start: confirms that the next step going back is a restart.
@@ -171,7 +171,7 @@ class TrainingTracker:
         self.last_line_at = arrival_time
         how_long = f"of {size:,} characters " if size is not None else ""
         self._recent.append(f"[a log line {how_long}was skipped: longer than the "
-                            f"{MAX_LINE_CHARS >> 20} MiB line limit]")
+                            f"{line_limit_text()} line limit]")
 
     def feed(self, line: str, arrival_time: float) -> None:
         cleaned = strip_ansi(line).rstrip()
