@@ -334,6 +334,8 @@ def classify_failure(
     """Why an nvidia-smi run produced no readings: a state and a one-line message with a fix."""
     text = output.strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if len(first) > 200 or not first.isprintable():  # junk: escaped and cut, kept on one line
+        first = quoted_line(first, 200)
     if DRIVER_MESSAGE_FRAGMENT in text or (exit_status == 9 and "NVIDIA driver" in text):
         return GpuState.NO_DRIVER, (
             f"{host}: nvidia-smi couldn't communicate with the NVIDIA driver (exit "
