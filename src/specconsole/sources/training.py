@@ -93,6 +93,9 @@ LAG_IDLE_CHECK_S = 15.0
 LAG_FLOW_BYTES = 64 << 10
 #: Past this far behind the log's end, the tail skips ahead to the newest lines.
 SKIP_AHEAD_BYTES = 8 << 20
+#: Reading a burst, the tail gives the event loop a turn this often (a stream's reads return
+#: at once while data is buffered, so a flood would otherwise hold the loop for seconds).
+YIELD_EVERY_LINES = 256
 
 
 class TrainingSource:
@@ -209,7 +212,12 @@ class TrainingSource:
                     self._oversized_seen = 0
                     self.streams_started += 1
                     self.tracker.stream_started(time.time())
+                    since_yield = 0
                     async for line in proc.lines():
+                        since_yield += 1
+                        if since_yield >= YIELD_EVERY_LINES:  # a burst: let the lag check, the
+                            since_yield = 0  # publisher and the other hosts have the loop too
+                            await asyncio.sleep(0)
                         if not got_lines:  # the log is being read: earlier trouble is over
                             got_lines = True
                             self.tracker.set_error(None)
