@@ -205,3 +205,25 @@ def test_plain_row_fast_path_reads_what_the_general_path_reads(cells):
     assert parse_gpu_line(line) == general
     if cells[0] == "0":
         assert fast is not None  # the common row does take the fast path
+
+
+@pytest.mark.parametrize("line", [
+    NOUNITS + ", 42",                                                    # an extra cell at the end
+    NOUNITS.replace("NVIDIA H200, 97, ", "NVIDIA H200, 97, 97, "),       # one in the middle
+    NOUNITS.replace(f"0, {UUID}, ", f"0, 7, {UUID}, "),                  # one before the name
+    NOUNITS.replace("NVIDIA H200, ", "NVIDIA H200, [N/A], "),             # a missing-value cell
+    NOUNITS + ", " + NOUNITS.replace("0, ", "1, ", 1),                   # two rows glued together
+])
+def test_row_with_extra_cells_is_refused_not_realigned(line):
+    """nvidia-smi does not quote: a row with more cells than fields is read as a name with
+    commas only when the name's extra pieces are words, never values (a shifted row)."""
+    with pytest.raises(GpuParseError, match="expected 12 cells, got"):
+        parse_gpu_line(line)
+    readings, garbage = parse_gpu_lines([line, NOUNITS])
+    assert [r.index for r in readings] == [0] and garbage == 1
+
+
+def test_compute_app_with_extra_value_cell_is_refused():
+    with pytest.raises(GpuParseError, match="expected 4 cells, got 5"):
+        parse_app_line(f"4242, /usr/bin/python3, 61000, 61000, {UUID}")
+    assert parse_app_line(f"4242, python3, worker, 61000, {UUID}").name == "python3, worker"

@@ -512,3 +512,65 @@ async def test_nvml_driver_unloaded_mid_run(monkeypatch):
         fake.nvmlDeviceGetCount = gone
         s = await got.wait_for(lambda s: s.state is GpuState.NO_DRIVER)
         assert "Driver Not Loaded" in s.value.error
+
+
+# -- garbage and silence ---------------------------------------------------------------------------
+JUNK = "\x1b[31m\x00\x7f binary junk"
+NOT_A_ROW = "gpu-box: nvidia-smi printed a line that is not a GPU row: "
+
+
+async def test_a_stream_of_garbage_is_reported_then_restarted(fake_smi, host):
+    """Nothing but junk (control characters, a line over the 64 KiB limit): the reason is
+    published (the line escaped and cut), not just an ageing sample, and the stream that never
+    prints a row is restarted after its silence."""
+    src = smi_source(host)
+    src.silence_s = src._silence_wait = 1.0
+    fake_smi.set({"driver": True, "gpus": [gpu(0)],
+                  "garbage": {"instead": True, "lines": [JUNK, "y" * 100_000]}})
+    async with running(src) as got:
+        bad = await got.wait_for(lambda s: s.state is GpuState.ERROR and s.error.startswith(NOT_A_ROW))
+        assert bad.value.gpus == () and "\n" not in bad.value.error
+        assert bad.value.error in (NOT_A_ROW + repr(JUNK), NOT_A_ROW + "'" + "y" * 199 + "', cut out for "
+                                   "being longer than the 64 KiB line limit")
+        silent = await got.wait_for(lambda s: "printed no GPU row for 1 s; restarted it" in (s.error or ""))
+        assert silent.value.state is GpuState.ERROR and NOT_A_ROW in silent.value.error
+        await got.wait_for(lambda s: "printed no GPU row for 2 s" in (s.error or ""))  # the wait doubles
+        assert src.gpu_streams_started >= 2 and src.silent_restarts >= 2
+        fake_smi.set({"driver": True, "gpus": [gpu(0)]})
+        good = await got.wait_for(ok, timeout=20)
+        assert good.value.error is None and good.value.gpus[0].utilization_pct == 10
+    assert len(fake_smi.calls("--query-gpu")) >= 3
+
+
+async def test_a_hung_stream_is_reported_and_restarted(fake_smi, host):
+    src = smi_source(host)
+    src.silence_s = src._silence_wait = 1.0
+    async with running(src) as got:
+        await got.wait_for(ok)
+        fake_smi.set({"driver": True, "gpus": [gpu(0)], "silent": True})
+        hung = await got.wait_for(lambda s: s.state is GpuState.ERROR)
+        assert hung.value.error == "gpu-box: nvidia-smi printed no GPU row for 1 s; restarted it"
+        assert await all_gone([fake_smi.calls("--query-gpu")[0][0]])  # the hung one was ended
+        fake_smi.set({"driver": True, "gpus": [gpu(0)]})
+        await got.wait_for(ok, start=got.samples.index(hung))
+    assert src.silent_restarts >= 1 and len(fake_smi.calls("--query-gpu")) >= 2
+
+
+async def test_a_refused_row_among_good_ones_keeps_the_readings_and_says_so(fake_smi, host):
+    """GPU 1's row has a cell too many every iteration: GPU 0 is still shown, and every snapshot
+    from then on says a row was refused (no flicker back to a clean "ok" between iterations)."""
+    fake_smi.set({"driver": True, "gpus": [gpu(0), gpu(1)]})
+    async with running(smi_source(host)) as got:
+        await got.wait_for(lambda s: ok(s) and len(s.gpus) == 2)
+        extra = f"1, {U1}, NVIDIA H200, 10, 0, 1000, 143771, 80.50, 700.00, 33, 345, P8, 42"
+        fake_smi.set({"driver": True, "gpus": [gpu(0)], "garbage": {"lines": [extra]}})
+        first = await got.wait_for(lambda s: s.state is GpuState.ERROR)
+        assert first.value.error == NOT_A_ROW + repr(extra)
+        start = got.samples.index(first)
+        await got.wait_for(lambda s: True, start=start + 8)
+        later = [s.value for s in got.samples[start:]]
+        assert all(s.state is GpuState.ERROR and s.error == first.value.error for s in later)
+        assert all([g.index for g in s.gpus] == [0] and s.missing == (1,) for s in later if s.gpus)
+        assert sum(1 for s in later if s.gpus) >= 6
+        fake_smi.set({"driver": True, "gpus": [gpu(0), gpu(1)]})
+        await got.wait_for(lambda s: ok(s) and len(s.gpus) == 2 and s.error is None, start=len(got.samples))

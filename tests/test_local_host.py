@@ -86,3 +86,42 @@ async def _first(lines: Any) -> Any:
     async for line in lines:
         yield line
         return
+
+
+FOUR_MB = 4 * 1000 * 1000
+
+
+async def read_a_4mb_line_without_newline(host: Any) -> None:
+    """A stream whose second line is 4 MB with no newline (the command then hangs): the line is
+    cut out as soon as it passes the limit, counted and its start kept, while the stream stays
+    open, and reading it never holds more than a few reads' worth (tracemalloc's peak); a
+    4 MB line that does end is cut out the same way and the next line comes through."""
+    import tracemalloc
+
+    junk = f"printf 'before\\n'; head -c {FOUR_MB} /dev/zero | tr '\\000' '\\001'"
+    async with host.stream(f"{junk}; sleep 30") as stream:
+        lines = aiter(stream.lines())
+        assert await anext(lines) == "before"
+        tracemalloc.start()
+        try:
+            pending = asyncio.ensure_future(anext(lines))
+            deadline = time.monotonic() + 30
+            while stream.bytes_read < 0.95 * FOUR_MB and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            _now, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        # (read up to the last, unfinished read: the reader waits there for more of the line)
+        assert stream.bytes_read >= 0.95 * FOUR_MB and not pending.done()  # nothing yielded, still open
+        assert stream.oversized_lines == 1 and stream.oversized_head == "\x01" * 200
+        assert peak < FOUR_MB // 2, peak  # a few reads (and SSH's window), never the line
+        pending.cancel()
+    async with host.stream(f"{junk}; printf '\\nafter\\n'") as stream:
+        assert [line async for line in stream.lines()] == ["before", "after"]
+        assert stream.oversized_lines == 1
+
+
+async def test_a_4mb_line_without_newline_is_cut_out_not_held() -> None:
+    host = LocalHost(HostConfig(name="box", role="train"))
+    await host.start()
+    await read_a_4mb_line_without_newline(host)

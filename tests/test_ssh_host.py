@@ -219,3 +219,13 @@ async def test_tunnel_reaches_a_port_on_the_host(lab_hosts: Lab) -> None:
     finally:
         await host.close()
         server.shutdown()
+
+
+async def test_a_4mb_line_without_newline_is_cut_out_not_held(lab_hosts: Lab) -> None:
+    from test_local_host import read_a_4mb_line_without_newline
+
+    host = await connected(lab_hosts)
+    try:
+        await read_a_4mb_line_without_newline(host)
+    finally:
+        await host.close()

@@ -134,10 +134,10 @@ async def test_gpu_lines_are_batched_without_a_task_per_line() -> None:
 
     loop.set_task_factory(counting)  # type: ignore[arg-type]
     try:
-        produced, junk = await src._consume_gpus(SmiLines(bursts, pause_s=0.12), published.append)
+        produced, junk, silent = await src._consume_gpus(SmiLines(bursts, pause_s=0.12), published.append)
     finally:
         loop.set_task_factory(default)
-    assert produced and junk == []
+    assert produced and junk == [] and silent is None
     assert created == []  # the old reader task + wait_for per line made 50 here
     assert [len(s.value.gpus) for s in published] == [8] * 6
     assert [s.value.gpus[3].utilization_pct for s in published] == [10.0 * b + 3 for b in range(6)]
@@ -151,9 +151,10 @@ async def test_a_short_batch_is_published_after_the_quiet_period() -> None:
     batches: list[Any] = []
     original = NvidiaSmiSource._publish_batch
 
-    def spy(self: NvidiaSmiSource, batch: list[GpuReading], at: float, publish: Any) -> None:
+    def spy(self: NvidiaSmiSource, batch: list[GpuReading], at: float, publish: Any,
+            error: str | None = None) -> None:
         batches.append(time.monotonic())
-        original(self, batch, at, publish)
+        original(self, batch, at, publish, error)
 
     src._publish_batch = spy.__get__(src)  # type: ignore[method-assign]
     stream = SmiLines([full, short, full], pause_s=0.5)

@@ -385,7 +385,7 @@ async def test_source_picks_up_appended_lines_incrementally(tmp_path: Path):
     log.write_text("Total training steps: 33000\n" + "".join(jline(s, T0 + s) + "\n" for s in (1, 2)))
     async with Running(log, total_epochs=6) as run:
         await wait_for(lambda: bool(run.samples) and run.last.step == 2, 15.0, what="the condition")
-        assert run.source.command == ["tail", "-n", "200", "-F", str(log)]
+        assert run.source.command == ["tail", "-n", "200", "-F", "--", str(log)]
         assert len(tail_pids(log)) == 1
         with log.open("a") as f:
             for s in range(3, 6):
@@ -464,7 +464,7 @@ async def test_source_skips_an_oversized_line_and_goes_on(tmp_path: Path):
         await wait_for(lambda: run.last.step == 3, timeout=30, what="the condition")
         p = run.last
         assert p.malformed == 1 and p.error is None and p.lines_seen == 3
-        assert any("was skipped: longer than the 1 MiB line limit" in ln for ln in p.recent_lines)
+        assert any("was skipped: longer than the 64 KiB line limit" in ln for ln in p.recent_lines)
         with log.open("a") as f:  # and keeps reading: the same stream, nothing restarted
             f.write(jline(4, T0 + 4) + "\n")
         await wait_for(lambda: run.last.step == 4, timeout=20, what="the condition")
@@ -476,7 +476,6 @@ async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hos
     skipped and counted like the local host's, and reading goes on."""
     from specconsole.config import load_config
     from specconsole.hosts.ssh import SshHost
-    from specconsole.sources.training_progress import MAX_LINE_CHARS
 
     log = lab_hosts.root("train") / "long.log"
     log.write_text(jline(1, T0 + 1) + "\n")
@@ -494,7 +493,7 @@ async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hos
         await wait_for(lambda: samples[-1].value.step == 3, timeout=120, what="the condition")
         p = samples[-1].value
         assert p.malformed >= 1 and p.error is None
-        assert any(f"characters was skipped: longer than the {MAX_LINE_CHARS >> 20} MiB" in ln
+        assert any("was skipped: longer than the 64 KiB line limit" in ln
                    for ln in p.recent_lines)
         assert all(len(ln) <= TrainingTracker.RECENT_CHARS for ln in p.recent_lines)
     finally:
@@ -502,3 +501,44 @@ async def test_over_ssh_a_long_line_arrives_in_pieces_and_is_skipped_too(lab_hos
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await host.close()
+
+
+async def test_a_flood_is_measured_and_skipped_not_replayed(tmp_path: Path):
+    """40 MB of well-formed lines at once: the tail says how far behind the log's end it is
+    within 2 s, skips ahead to the newest lines instead of replaying them all (saying so), and
+    shows the newest step, no longer behind, within 10 s."""
+    from specconsole.sources.training import SKIP_AHEAD_BYTES
+
+    log = tmp_path / "train.log"
+    log.write_text(jline(1, T0 + 1) + "\n")
+    async with Running(log) as run:
+        await wait_for(lambda: bool(run.samples) and run.last.step == 1, 15.0, what="step 1")
+        await wait_for(lambda: run.last.behind_bytes == 0, 10.0, what="a first lag check")
+        pad = "x" * 200
+        last = 2 + 40_000_000 // len(jline(2, T0, loss=1.0, pad=pad))
+        with log.open("a") as f:
+            for start in range(2, last + 1, 10_000):
+                steps = range(start, min(start + 10_000, last + 1))
+                f.write("".join(jline(s, T0 + s, loss=1.0, pad=pad) + "\n" for s in steps))
+        flooded = time.monotonic()
+        await wait_for(lambda: (run.last.behind_bytes or 0) > 0 or run.last.skips > 0, 2.5, what="the lag")
+        await wait_for(lambda: run.last.step == last and run.last.behind_bytes == 0, 10.0, what="catching up")
+        p = run.last
+        assert p.skips >= 1 and p.skipped_bytes > SKIP_AHEAD_BYTES and p.skip_note is not None
+        assert "behind the log's end; skipped ahead to its last 200 lines" in p.skip_note
+        assert time.monotonic() - flooded < 12
+        assert p.lines_seen < last // 2  # most of the flood was never parsed
+        assert run.source.streams_started >= 2
+
+
+def test_a_skip_ahead_becomes_one_event() -> None:
+    from specconsole.monitor import HostMonitor
+
+    cfg = TrainingConfig(log_path="/var/log/train.jsonl")
+    monitor = HostMonitor(HostConfig(name="trainbox", role="train", training=cfg),
+                          host=LocalHost(HostConfig(name="trainbox", role="train")))
+    publish = monitor._publisher("training")
+    note = "training log: the tail was 9 MiB behind the log's end; skipped ahead"
+    for skips in (0, 1, 1, 2):
+        publish(Sample(TrainingProgress(log_path=cfg.log_path, skips=skips, skip_note=note), at=T0, interval=1.0))
+    assert [(e.message, e.level, e.source) for e in monitor.events.recent] == [(note, "warning", "trainbox")] * 2

@@ -103,6 +103,7 @@ class HostMonitor:
         #: status() until a sample or the connection changes (redraws ask for 1,000s of hosts)
         self._status_cache: HostStatus | None = None
         self._fed: set[str] = set()  # the source kinds Prometheus feeds (set by _build_sources)
+        self._skips_told = 0  # the training tail's skips ahead already told as events
         self._sources = self._build_sources()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -159,6 +160,10 @@ class HostMonitor:
 
     def _publisher(self, kind: str) -> Publish[object]:
         def publish(sample: Sample[object]) -> None:
+            value = sample.value
+            if isinstance(value, TrainingProgress) and value.skips > self._skips_told:
+                self._skips_told = value.skips  # the tail dropped a backlog: say so once
+                self.events.emit(value.skip_note or "training log: skipped ahead", self.config.name, "warning")
             self.samples[kind] = sample
             self._status_cache = None
             self._changed(kind)

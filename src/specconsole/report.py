@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample, format_age
+from specconsole.samples import Sample, format_age, format_bytes
 from specconsole.sources.gpu import GpuSnapshot
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.sources.training import TrainingProgress
@@ -154,6 +154,10 @@ def _training_lines(sample: Sample[TrainingProgress], now: float) -> list[str]:
              f"loss {_num(p.loss, '{:.4f}')} ({_stamp(sample, now)})"]
     lines.append(f"     {state}{_num(p.tokens_per_s, '{:.0f}')} tok/s, {_num(p.steps_per_s, '{:.3f}')} steps/s, "
                  f"ETA {p.eta_text or 'n/a'}, malformed lines {p.malformed}")
+    if p.behind_bytes:
+        lines.append(f"     {format_bytes(p.behind_bytes)} behind the log's end")
+    if p.skips:
+        lines.append(f"     skipped ahead {p.skips} time(s), {format_bytes(p.skipped_bytes)} of log not read")
     if p.error:
         lines.append(f"     {p.error}")
     return lines

@@ -52,3 +52,12 @@ def format_duration(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h {(s % 3600) // 60}m"
     return f"{s // 86400}d {(s % 86400) // 3600}h"
+
+
+def format_bytes(count: float) -> str:
+    """Short byte count: ``512 B``, ``64 KiB``, ``12.3 MiB``, ``1.02 GiB``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift:
+            value = count / (1 << shift)
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{count:.0f} B"

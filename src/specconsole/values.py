@@ -19,3 +19,15 @@ def as_int(value: object) -> int | None:
         if text.isdigit():
             return int(value)
     return None
+
+
+def quoted_line(text: str, width: int = 80) -> str:
+    """``text`` as it may go into a one-line message: control characters escaped (``\\x1b``,
+    ``\\x00``, ``\\r``: binary junk cannot move the cursor or break the line), cut to ``width``
+    characters with ``…``, and quoted as Python quotes it (``'…'``). A cut line says how long it was."""
+    quoted = repr(text[: width + 1])  # repr escapes control characters, keeps printable ones
+    quote, shown = quoted[0], quoted[1:-1]
+    if len(shown) > width:
+        shown = shown[: width - 1] + "…"
+    more = f" ({len(text):,} characters)" if len(text) > width else ""
+    return f"{quote}{shown}{quote}{more}"

@@ -9,6 +9,11 @@ was seen and is gone (vanished from the query, or NVML says "GPU is lost") is li
 (``no_driver``, ``not_installed``, ``no_gpus``, ``error``) and ``error`` is a one-line message
 naming the host and the fix.
 
+A row is read only when it has exactly one cell per query field: nvidia-smi does not quote, so
+a GPU name with ``", "`` in it is recognised by the name's known position and the exact cell
+count, and a row whose extra cells are values (not words of a name) is refused as not a GPU
+row (:func:`split_cells`), never re-aligned.
+
 Pure functions and data types, no I/O: the GPU sources (:mod:`specconsole.sources.nvidia_smi`,
 :mod:`specconsole.sources.nvml`) and actions (``kill``) share them.
 """
@@ -21,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from specconsole.values import quoted_line
 
 #: The ``--query-gpu`` fields the console asks for, in this order.
 QUERY_GPU_FIELDS: tuple[str, ...] = (
@@ -141,10 +148,15 @@ def parse_number(cell: str) -> float | None:
 
 
 def split_cells(line: str, count: int, wide: int | None) -> list[str]:
-    """Split a csv row on ``", "`` into exactly ``count`` cells.
+    """Split a csv row on ``", "`` into exactly ``count`` cells, or raise :class:`GpuParseError`.
 
-    The cell at position ``wide`` (a name) may itself contain ``", "``: the cells before it are
-    taken from the left, the cells after it from the right, and what remains is the name.
+    nvidia-smi does not quote, and a name may contain ``", "`` (formats.md: "rarely, commas").
+    So a row with more cells than fields is read as such a name, the cell at position ``wide``,
+    only when that is the one reading: the cells before it are taken from the left, the cells
+    after it from the right, and every extra piece joined into the name must be a word, not a
+    value (a number with or without unit, a ``[...]`` cell, an empty cell, a ``GPU-``/``MIG-``
+    uuid). A row with an extra value anywhere (a cell too many, two rows glued together) is
+    refused, never re-aligned: its values would all be shifted. Fewer cells: refused.
     """
     cells = [c.strip() for c in line.rstrip("\r\n").split(", ")]
     if len(cells) == count:
@@ -152,8 +164,16 @@ def split_cells(line: str, count: int, wide: int | None) -> list[str]:
     if len(cells) > count and wide is not None:
         after = count - wide - 1
         end = len(cells) - after
-        return [*cells[:wide], ", ".join(cells[wide:end]), *cells[end:]]
-    raise GpuParseError(f"expected {count} cells, got {len(cells)}: {line[:120]!r}")
+        pieces = cells[wide:end]
+        if not any(_value_like(piece) for piece in pieces):
+            return [*cells[:wide], ", ".join(pieces), *cells[end:]]
+    raise GpuParseError(f"expected {count} cells, got {len(cells)}: {quoted_line(line, 120)}")
+
+
+def _value_like(cell: str) -> bool:
+    """A cell that reads as a value or an id, which no piece of a name with commas may be."""
+    return (not cell or parse_number(cell) is not None or is_missing_cell(cell)
+            or cell.startswith(("GPU-", "MIG-")))
 
 
 def is_header(line: str, fields: Sequence[str]) -> bool:
@@ -237,7 +257,7 @@ def _parse_general_gpu_line(line: str, fields: Sequence[str]) -> GpuReading:
         name, key, kind = step
         if kind == "index":
             if not cell.isdigit():
-                raise GpuParseError(f"not a GPU index: {cell!r} in {line[:120]!r}")
+                raise GpuParseError(f"not a GPU index: {quoted_line(cell)} in {quoted_line(line, 120)}")
             index = int(cell)
         elif cell == "" or is_missing_cell(cell):
             unavailable[name] = cell
@@ -264,7 +284,7 @@ def parse_app_line(
     row = dict(zip(fields, cells, strict=True))
     pid_cell = row.get("pid", "")
     if not pid_cell.isdigit():
-        raise GpuParseError(f"not a pid: {pid_cell!r} in {line[:120]!r}")
+        raise GpuParseError(f"not a pid: {quoted_line(pid_cell)} in {quoted_line(line, 120)}")
     name = row.get("process_name")
     mem = row.get("used_memory", row.get("used_gpu_memory"))
     uuid = row.get("gpu_uuid")
@@ -314,6 +334,8 @@ def classify_failure(
     """Why an nvidia-smi run produced no readings: a state and a one-line message with a fix."""
     text = output.strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if len(first) > 200 or not first.isprintable():  # junk: escaped and cut, kept on one line
+        first = quoted_line(first, 200)
     if DRIVER_MESSAGE_FRAGMENT in text or (exit_status == 9 and "NVIDIA driver" in text):
         return GpuState.NO_DRIVER, (
             f"{host}: nvidia-smi couldn't communicate with the NVIDIA driver (exit "

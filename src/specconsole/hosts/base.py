@@ -69,12 +69,37 @@ class CommandResult:
         return self
 
 
+#: Longest stdout line a stream delivers: bytes from a local pipe, characters over SSH. A longer
+#: line is cut out of the stream: counted in :attr:`StreamProcess.oversized_lines` as soon as it
+#: passes the limit, its first :data:`OVERSIZED_HEAD` characters kept to say what it was, the
+#: rest dropped as it is read (never held whole: a 4 MB line without a newline costs a few
+#: reads of memory, not 4 MB). A trainer's longest JSON records fit well within it.
+STREAM_LINE_LIMIT = 64 << 10
+#: How much of an over-long line is kept (:attr:`StreamProcess.oversized_head`).
+OVERSIZED_HEAD = 200
+
+
+def line_limit_text() -> str:
+    """The line limit as people read it (``64 KiB``)."""
+    return f"{STREAM_LINE_LIMIT >> 10} KiB"
+
+
 class StreamProcess(abc.ABC):
     """A long-lived command whose stdout is consumed line by line."""
 
     command: str
-    #: Lines skipped for being longer than the host's line limit (they are never yielded).
+    #: Lines cut out for being longer than :data:`STREAM_LINE_LIMIT` (they are never yielded),
+    #: counted as soon as a line passes the limit, while its rest is still being dropped.
     oversized_lines: int = 0
+    #: The start of the latest such line (at most :data:`OVERSIZED_HEAD` characters).
+    oversized_head: str = ""
+    #: How much of stdout has been read so far (bytes locally, characters over SSH), over-long
+    #: lines included: where in a followed file the reader is, give or take one read.
+    bytes_read: int = 0
+
+    def _oversized(self, head: str) -> None:
+        self.oversized_lines += 1
+        self.oversized_head = head[:OVERSIZED_HEAD]
 
     @abc.abstractmethod
     def lines(self) -> AsyncIterator[str]:

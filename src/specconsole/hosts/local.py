@@ -9,11 +9,9 @@ import signal
 import time
 from collections.abc import AsyncIterator
 
-from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
+from specconsole.hosts.base import OVERSIZED_HEAD, STREAM_LINE_LIMIT, CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, to_shell
 
-#: Longest line a stream may deliver (tqdm redraws joined by \r can be long).
-STREAM_LINE_LIMIT = 1 << 20
 #: Closing a stream: how long its process gets after SIGTERM before SIGKILL.
 STREAM_CLOSE_TIMEOUT_S = 3.0
 
@@ -32,7 +30,7 @@ class LocalStream(StreamProcess):
             self._stderr.append(chunk)
 
     async def lines(self) -> AsyncIterator[str]:
-        """Lines up to STREAM_LINE_LIMIT bytes; a longer one is skipped (``oversized_lines``)."""
+        """Lines up to STREAM_LINE_LIMIT bytes; a longer one is cut out (``oversized_lines``)."""
         reader = self._proc.stdout
         assert reader is not None
         while True:
@@ -40,13 +38,30 @@ class LocalStream(StreamProcess):
                 raw = await reader.readuntil(b"\n")
             except asyncio.IncompleteReadError as end:  # EOF: the last line may lack its newline
                 if end.partial:
+                    self.bytes_read += len(end.partial)
                     yield end.partial.decode("utf-8", "replace").rstrip("\r\n")
                 return
-            except asyncio.LimitOverrunError:
-                await _skip_line(reader)
-                self.oversized_lines += 1
+            except asyncio.LimitOverrunError as over:  # no newline within the limit
+                head = await reader.readexactly(over.consumed)
+                self._oversized(head[:OVERSIZED_HEAD].decode("utf-8", "replace"))
+                self.bytes_read += len(head)
+                await self._skip_line(reader)
                 continue
+            self.bytes_read += len(raw)
             yield raw.decode("utf-8", "replace").rstrip("\r\n")
+
+    async def _skip_line(self, reader: asyncio.StreamReader) -> None:
+        """Drop the rest of a line over the reader's limit, up to and including its newline (one
+        limit's worth at a time, counted in ``bytes_read`` as it goes)."""
+        while True:
+            try:
+                self.bytes_read += len(await reader.readuntil(b"\n"))
+                return
+            except asyncio.LimitOverrunError as over:  # still no newline within the limit
+                self.bytes_read += len(await reader.readexactly(over.consumed))
+            except asyncio.IncompleteReadError as end:
+                self.bytes_read += len(end.partial)
+                return
 
     async def wait(self) -> int | None:
         rc = await self._proc.wait()
@@ -77,18 +92,6 @@ class LocalStream(StreamProcess):
                     await self._proc.wait()
         finally:
             self._stderr_task.cancel()
-
-
-async def _skip_line(reader: asyncio.StreamReader) -> None:
-    """Drop the rest of a line over the reader's limit, up to and including its newline."""
-    while True:
-        try:
-            await reader.readuntil(b"\n")
-            return
-        except asyncio.LimitOverrunError as over:  # still no newline within the limit
-            await reader.readexactly(over.consumed)
-        except asyncio.IncompleteReadError:
-            return
 
 
 class LocalHost(Host):

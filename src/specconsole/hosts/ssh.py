@@ -25,7 +25,7 @@ from specconsole.backoff import backoff_delay
 from specconsole.config import HostConfig
 from specconsole.errors import HostError, HostKeyError, HostUnavailable
 from specconsole.hosts.address import ssh_address
-from specconsole.hosts.base import CommandResult, ConnState, Host, StreamProcess
+from specconsole.hosts.base import STREAM_LINE_LIMIT, CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, stdin_watchdog, to_shell
 from specconsole.hosts.ssh_files import shared_client_keys, shared_known_hosts
 
@@ -54,14 +54,29 @@ class SshStream(StreamProcess):
 
     async def lines(self) -> AsyncIterator[str]:
         """The stream's lines, read a chunk at a time (whatever has arrived, up to
-        :data:`READ_CHUNK`): one wake-up per SSH packet, not one ``readline`` per line."""
+        :data:`READ_CHUNK`): one wake-up per SSH packet, not one ``readline`` per line. A line
+        over :data:`STREAM_LINE_LIMIT` characters is cut out as it arrives (never held whole)."""
         stdout = self._proc.stdout
+        limit = STREAM_LINE_LIMIT
         partial = ""
+        skipping = False  # dropping the rest of an over-long line, up to its newline
         try:
             while chunk := await stdout.read(READ_CHUNK):
+                self.bytes_read += len(chunk)
+                if skipping:
+                    end = chunk.find("\n")
+                    if end < 0:
+                        continue
+                    skipping, chunk = False, chunk[end + 1:]
                 *complete, partial = (partial + chunk).split("\n")
                 for line in complete:
+                    if len(line) > limit:
+                        self._oversized(line)
+                        continue
                     yield line.rstrip("\r")
+                if len(partial) > limit:
+                    self._oversized(partial)
+                    partial, skipping = "", True
             if partial:
                 yield partial.rstrip("\r")
         except (asyncssh.Error, OSError) as err:

@@ -34,6 +34,9 @@ temporary file, then ``os.replace``); an unparsable file keeps the previous scen
     {
       "driver": true,                       # false -> exit 9, driver message
       "failure": {"exit_code": 15, "message": "..."},   # optional: fail every query like that
+      "garbage": {"lines": ["\\u0000junk"], "instead": false},  # optional: --query-gpu prints
+                                            # these after (instead: in place of) its rows
+      "silent": false,                      # true -> a running loop prints nothing (hangs)
       "gpus": [                             # remove an entry to make that GPU vanish
         {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-...", "pci_bus_id": "00000000:18:00.0",
          "memory_total_mib": 143771, "memory_used_mib": 0, "power_limit_w": 700,
@@ -500,6 +503,16 @@ def _failure(data: dict[str, Any]) -> tuple[int, str] | None:
     return None
 
 
+def _with_garbage(kind: str, lines: list[str], data: dict[str, Any]) -> list[str]:
+    """The scenario's ``garbage`` lines after (or, with ``"instead": true``, in place of) each
+    ``--query-gpu`` iteration's rows, written as given (control characters, any length)."""
+    garbage = data.get("garbage")
+    if kind != "gpu" or not isinstance(garbage, dict) or data.get("silent"):
+        return lines
+    extra = [str(line) for line in garbage.get("lines", [])]
+    return extra if garbage.get("instead") else [*lines, *extra]
+
+
 def _out(lines: list[str]) -> None:
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
@@ -555,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
             if kind == "apps":
                 keep = {id(g) for g in gpus}
                 apps = [a for a in apps if id(a["_gpu"]) in keep]
-            lines = render(kind, fields, gpus, apps, units, time.time())
+            lines = [] if data.get("silent") else render(kind, fields, gpus, apps, units, time.time())
+            lines = _with_garbage(kind, lines, data)
             if header and tick == 0:
                 table = _GPU_FIELDS if kind == "gpu" else _APP_FIELDS
                 lines.insert(0, ", ".join(table[f][0] for f in fields))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 
 from specconsole.backoff import Backoff
@@ -25,13 +26,19 @@ from specconsole.formats.nvidia_smi import (
     parse_app_line,
     parse_gpu_line,
 )
-from specconsole.hosts.base import Host, StreamProcess
+from specconsole.hosts.base import Host, StreamProcess, line_limit_text
 from specconsole.hosts.commands import to_shell
 from specconsole.samples import Sample
 from specconsole.sources import Publish
+from specconsole.values import quoted_line
 
 log = logging.getLogger(__name__)
 
+#: A query-gpu stream silent this long (no GPU row) is restarted: 3 intervals, at least ...
+SILENCE_MIN_S = 5.0
+SILENCE_INTERVALS = 3
+#: ... and the wait doubles after each silent start, up to this.
+SILENCE_MAX_S = 60.0
 
 
 class NvidiaSmiSource:
@@ -61,6 +68,21 @@ class NvidiaSmiSource:
     of silence) are published at once with ``processes_known=False``, and again with the
     processes as soon as they are known.
 
+    A line that is not a GPU row (garbage, binary junk, a row with the wrong number of cells, a
+    line cut out for passing the hosts' 64 KiB line limit) is refused and reported, never shown
+    as readings: ``error`` says ``<host>: nvidia-smi printed a line that is not a GPU row: '…'``
+    (the line cut to 160 characters, control characters escaped) and ``state`` is ``error``. A
+    batch read while rows are being refused (in its iteration or the one before) is published
+    with its readings, state ``error`` and that message, so the GPU pane and ``status --json``
+    keep saying so for as long as it goes on; a stream printing nothing but garbage publishes
+    the message alone (at most once per interval).
+
+    A stream that prints no GPU row for ``silence_s`` (3 intervals, at least 5 s: nvidia-smi
+    hung, or printing only garbage) is reported (``printed no GPU row for 5 s``) and restarted.
+    Each restart of a stream that never printed a row doubles the wait, up to
+    :data:`SILENCE_MAX_S` (a host whose first query takes tens of seconds, formats.md, still
+    gets its readings), and a stream that printed rows sets it back.
+
     When the query-gpu stream ends (nvidia-smi exits, the host drops: ``HostUnavailable`` or
     the lines ending) the exit status and output are classified (:func:`classify_failure`), an
     error snapshot is published, and the stream is restarted after ``host.wait_connected()``
@@ -84,10 +106,14 @@ class NvidiaSmiSource:
         ]
         self.quiet_s = min(0.2, max(0.05, 0.2 * self.interval))
         self.apps_silence_s = 1.5 * self.interval
+        #: No GPU row for this long: the query-gpu stream is reported and restarted.
+        self.silence_s = max(SILENCE_MIN_S, SILENCE_INTERVALS * self.interval)
+        self._silence_wait = self.silence_s  # doubled after each start that printed no row
         #: Counters for diagnostics and tests.
         self.gpu_streams_started = 0
         self.apps_streams_started = 0
         self.garbage_lines = 0
+        self.silent_restarts = 0
         self.last: GpuSnapshot | None = None
         self._seen: set[int] = set()
         self._expected: int | None = None
@@ -98,7 +124,8 @@ class NvidiaSmiSource:
         self._apps_started_at: float | None = None
         self._run_started = time.monotonic()
         #: the first readings while processes are not known yet, and the timer that publishes them
-        self._held: tuple[tuple[GpuReading, ...], tuple[int, ...], float, Publish[GpuSnapshot]] | None = None
+        self._held: tuple[tuple[GpuReading, ...], tuple[int, ...], float, Publish[GpuSnapshot],
+                          str | None] | None = None
         self._held_timer: asyncio.TimerHandle | None = None
 
     def _apps_known(self) -> bool:
@@ -137,10 +164,15 @@ class NvidiaSmiSource:
             try:
                 async with self.host.stream(self.gpu_argv) as proc:
                     self.gpu_streams_started += 1
-                    produced, stdout_junk = await self._consume_gpus(proc, publish)
-                    status = await proc.wait()
-                    output = "\n".join([*stdout_junk, proc.stderr_text])
-                state, message = classify_failure(status, output, self.host.name, self.command)
+                    produced, stdout_junk, silent = await self._consume_gpus(proc, publish)
+                    if silent is None:
+                        status = await proc.wait()
+                        output = "\n".join([*stdout_junk, proc.stderr_text])
+                if silent is not None:  # the stream is closed (killed): restart it
+                    state, message = GpuState.ERROR, silent
+                    self.silent_restarts += 1
+                else:
+                    state, message = classify_failure(status, output, self.host.name, self.command)
             except HostUnavailable as err:
                 detail = str(err)
                 if not detail.startswith(f"{self.host.name}:"):
@@ -160,23 +192,43 @@ class NvidiaSmiSource:
 
     async def _consume_gpus(
         self, proc: StreamProcess, publish: Publish[GpuSnapshot]
-    ) -> tuple[bool, list[str]]:
-        """Read the stream until it ends; returns (published anything, first non-row lines).
+    ) -> tuple[bool, list[str], str | None]:
+        """Read the stream until it ends or falls silent; returns (published anything, first
+        non-row lines, why it was given up as silent or None).
 
         Line-driven: each line is handled as it is read, with no task, queue or timer per line;
-        the quiet period is one loop deadline per batch that is still incomplete."""
-        batcher = _GpuBatcher(self, publish, asyncio.get_running_loop())
+        the quiet period is one loop deadline per batch that is still incomplete, the silence
+        one deadline per silence period (which closes the stream when it passes)."""
+        wait = self._silence_wait
+        batcher = _GpuBatcher(self, publish, asyncio.get_running_loop(), proc, wait)
         try:
             async for line in proc.lines():
                 batcher.feed(time.time(), line)
+        except Exception:
+            if batcher.closing is None:  # not the end of a stream closed for its silence
+                batcher.cancel()
+                raise
         except BaseException:
             batcher.cancel()
             raise
-        batcher.finish()
-        return batcher.produced, batcher.junk
+        if batcher.closing is None:
+            batcher.finish()
+            if batcher.produced:
+                self._silence_wait = self.silence_s
+            return batcher.produced, batcher.junk, None
+        batcher.cancel()
+        with contextlib.suppress(Exception):
+            await batcher.closing
+        self._silence_wait = self.silence_s if batcher.rows else min(SILENCE_MAX_S, 2 * wait)
+        why = f"{self.host.name}: nvidia-smi printed no GPU row for {wait:g} s; restarted it"
+        if batcher.refused_since_row is not None:
+            why += f" ({batcher.refused_since_row})"
+        log.info("%s", why)
+        return batcher.produced, batcher.junk, why
 
     def _publish_batch(
-        self, batch: list[GpuReading], at: float, publish: Publish[GpuSnapshot]
+        self, batch: list[GpuReading], at: float, publish: Publish[GpuSnapshot],
+        error: str | None = None,
     ) -> None:
         by_index = {r.index: r for r in batch}
         gpus = tuple(by_index[i] for i in sorted(by_index))
@@ -185,20 +237,29 @@ class NvidiaSmiSource:
         self._uuid_to_index = {g.uuid: g.index for g in gpus if g.uuid}
         missing = tuple(sorted(self._seen - by_index.keys()))
         if not self._apps_known():  # the first readings go out at once, marked "processes not
-            self._publish_snapshot(gpus, missing, at, publish, processes_known=False)  # known yet"
-            self._hold(gpus, missing, at, publish)  # and again as soon as processes are known
+            self._publish_snapshot(gpus, missing, at, publish, error, processes_known=False)  # known yet"
+            self._hold(gpus, missing, at, publish, error)  # and again as soon as processes are known
             return
-        self._publish_snapshot(gpus, missing, at, publish)
+        self._publish_snapshot(gpus, missing, at, publish, error)
 
     def _publish_snapshot(self, gpus: tuple[GpuReading, ...], missing: tuple[int, ...], at: float,
-                          publish: Publish[GpuSnapshot], *, processes_known: bool = True) -> None:
+                          publish: Publish[GpuSnapshot], error: str | None = None, *,
+                          processes_known: bool = True) -> None:
         self._drop_held()
         snap = GpuSnapshot(
-            state=GpuState.OK, gpus=gpus, processes=self._current_processes() if processes_known else (),
-            missing=missing, error=None, at=at, processes_known=processes_known,
+            state=GpuState.OK if error is None else GpuState.ERROR, gpus=gpus,
+            processes=self._current_processes() if processes_known else (),
+            missing=missing, error=error, at=at, processes_known=processes_known,
         )
         self.last = snap
         publish(Sample(snap, at=at, interval=self.cfg.interval_s))
+
+    def _publish_refusal(self, message: str, publish: Publish[GpuSnapshot]) -> None:
+        """Lines that are not GPU rows and no readings to carry the news: the message alone."""
+        snap = error_snapshot(GpuState.ERROR, message)
+        self.last = snap
+        self._drop_held()
+        publish(Sample(snap, at=snap.at, interval=self.interval))
 
     def _apps_known_in(self) -> float:
         """Seconds until :meth:`_apps_known` turns true by silence alone."""
@@ -209,10 +270,10 @@ class NvidiaSmiSource:
         return max(0.0, due - now) + 0.01
 
     def _hold(self, gpus: tuple[GpuReading, ...], missing: tuple[int, ...], at: float,
-              publish: Publish[GpuSnapshot]) -> None:
+              publish: Publish[GpuSnapshot], error: str | None) -> None:
         """Keep the latest readings until processes are known and publish them again then (1.5
         intervals after the apps stream started, not with the batch after), with processes."""
-        self._held = (gpus, missing, at, publish)
+        self._held = (gpus, missing, at, publish, error)
         if self._held_timer is None:
             self._held_timer = asyncio.get_running_loop().call_later(self._apps_known_in(), self._release_held)
 
@@ -290,35 +351,59 @@ class _GpuBatcher:
     """Groups query-gpu lines into one snapshot per nvidia-smi iteration (see
     :class:`NvidiaSmiSource`). ``feed`` is called for each line as it is read; a batch still short
     of the expected GPU count gets ONE deadline (``loop.call_at``, moved on only when lines keep
-    coming), which emits it once the stream has been quiet for ``quiet_s``."""
+    coming), which emits it once the stream has been quiet for ``quiet_s``. A refused line (not
+    a GPU row) is carried by the batches of its iteration and the next; one that no batch
+    carries gets one deadline too, which publishes it (with the iteration's readings, if they
+    went out without it)."""
 
     def __init__(self, source: NvidiaSmiSource, publish: Publish[GpuSnapshot],
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, proc: StreamProcess, silence_s: float) -> None:
         self.source = source
         self.publish = publish
         self.loop = loop
+        self.proc = proc
         self.quiet_s = source.quiet_s
         self.junk: list[str] = []
         self.produced = False
+        self.rows = 0
         self.batch: list[GpuReading] = []
         self.batch_at = 0.0
         self.last_at = 0.0
         self.last_loop_time = 0.0
+        #: when the latest GPU row (or the stream's start) was read, in loop time
+        self.last_row_loop_time = loop.time()
         self.emitted = False
+        self.emitted_error: str | None = None
+        self.emitted_loop_time = 0.0
         self.timer: asyncio.TimerHandle | None = None
         #: Deadlines armed (for tests: at most one per incomplete batch, never one per line).
         self.deadlines = 0
+        #: the refusal message of this iteration and of the one before (what batches carry)
+        self.refused: str | None = None
+        self.refused_before: str | None = None
+        self.refused_since_row: str | None = None
+        self.unreported = False  # a refusal no published snapshot carried yet
+        self.refusal_timer: asyncio.TimerHandle | None = None
+        self.refusal_published = -math.inf
+        self.oversized_seen = proc.oversized_lines
+        #: no GPU row for this long closes the stream (``closing``: that close)
+        self.silence_s = silence_s
+        self.silence_timer: asyncio.TimerHandle | None = loop.call_at(
+            self.last_row_loop_time + silence_s, self._silence_check)
+        self.closing: asyncio.Future[None] | None = None
 
     def feed(self, at: float, line: str) -> None:
         src = self.source
+        if self.proc.oversized_lines != self.oversized_seen:
+            self.oversized_seen = self.proc.oversized_lines
+            self.refuse(f"{quoted_line(self.proc.oversized_head)}, cut out for being longer than "
+                        f"the {line_limit_text()} line limit", None)
         if not line.strip() or is_header(line, QUERY_GPU_FIELDS):
             return
         try:
             reading = parse_gpu_line(line, QUERY_GPU_FIELDS)
         except GpuParseError:
-            src.garbage_lines += 1
-            if len(self.junk) < 20:
-                self.junk.append(line)
+            self.refuse(quoted_line(line, 160), line)
             return
         batch = self.batch
         if batch and (reading.index <= batch[-1].index or at - self.last_at > self.quiet_s):
@@ -327,14 +412,55 @@ class _GpuBatcher:
             self.batch = batch = []
         if not batch:
             self.batch_at, self.emitted = at, False
+            self.refused_before, self.refused = self.refused, None  # a new iteration
         batch.append(reading)
+        self.rows += 1
+        self.refused_since_row = None
         self.last_at = at
-        self.last_loop_time = self.loop.time()
+        self.last_loop_time = self.last_row_loop_time = self.loop.time()
         if src._expected is not None and len(batch) >= src._expected:
             self.emit()
         elif not self.emitted and self.timer is None:
             self.deadlines += 1
             self.timer = self.loop.call_at(self.last_loop_time + self.quiet_s, self._quiet)
+
+    def refuse(self, shown: str, line: str | None) -> None:
+        """A line that is not a GPU row: counted, kept for the exit report, and reported."""
+        src = self.source
+        src.garbage_lines += 1
+        if line is not None and len(self.junk) < 20:
+            self.junk.append(line)
+        message = f"{src.host.name}: nvidia-smi printed a line that is not a GPU row: {shown}"
+        self.refused = self.refused_since_row = message
+        self.unreported = True
+        if self.refusal_timer is None:
+            due = max(self.loop.time() + self.quiet_s, self.refusal_published + src.interval)
+            self.refusal_timer = self.loop.call_at(due, self._report_refusal)
+
+    def _report_refusal(self) -> None:
+        self.refusal_timer = None
+        message = self.refused or self.refused_before
+        if not self.unreported or message is None:
+            return
+        recent = self.loop.time() - self.emitted_loop_time <= self.source.interval + self.quiet_s
+        if self.batch and self.emitted and recent:
+            if self.emitted_error is None:
+                self.emit()  # this iteration's readings went out before the refusal: again, with it
+            self.unreported = False
+            return
+        self.unreported = False
+        self.refusal_published = self.loop.time()
+        self.source._publish_refusal(message, self.publish)
+
+    def _silence_check(self) -> None:
+        """The silence deadline: moved on if a row came meanwhile, else the stream is closed
+        (its lines then end, and the source restarts it)."""
+        self.silence_timer = None
+        due = self.last_row_loop_time + self.silence_s
+        if self.loop.time() < due:
+            self.silence_timer = self.loop.call_at(due, self._silence_check)
+            return
+        self.closing = asyncio.ensure_future(self.proc.close())
 
     def _quiet(self) -> None:
         self.timer = None
@@ -351,8 +477,12 @@ class _GpuBatcher:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self.source._publish_batch(self.batch, self.batch_at, self.publish)
+        error = self.refused or self.refused_before
+        self.source._publish_batch(self.batch, self.batch_at, self.publish, error)
         self.emitted = self.produced = True
+        self.emitted_error, self.emitted_loop_time = error, self.loop.time()
+        if error is not None:
+            self.unreported = False
 
     def finish(self) -> None:
         """The stream ended: publish what is left."""
@@ -361,6 +491,7 @@ class _GpuBatcher:
         self.cancel()
 
     def cancel(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        for timer in (self.timer, self.refusal_timer, self.silence_timer):
+            if timer is not None:
+                timer.cancel()
+        self.timer = self.refusal_timer = self.silence_timer = None

@@ -85,11 +85,35 @@ def tail_error(stderr: str, path: str) -> str | None:
 
 
 
+#: How often the tail's lag is measured while lines flow (one ``stat`` on the host) ...
+LAG_CHECK_S = 1.0
+#: ... and while they do not (nothing read: the tail cannot be falling behind by much).
+LAG_IDLE_CHECK_S = 15.0
+#: Lines flow: at least this much was read since the last check.
+LAG_FLOW_BYTES = 64 << 10
+#: Past this far behind the log's end, the tail skips ahead to the newest lines.
+SKIP_AHEAD_BYTES = 8 << 20
+#: Reading a burst, the tail gives the event loop a turn this often (a stream's reads return
+#: at once while data is buffered, so a flood would otherwise hold the loop for seconds).
+YIELD_EVERY_LINES = 256
+
+
 class TrainingSource:
     """Tails one training log over ``host`` and publishes :class:`TrainingProgress`.
 
-    One ``tail -n <tail_lines> -F <log_path>`` runs for as long as the host stays up; after a
+    One ``tail -n <tail_lines> -F -- <log_path>`` runs for as long as the host stays up; after a
     drop it is started again, and the tracker's dedupe makes the re-tailed lines harmless.
+
+    How far behind the tail is: the log's size (``stat -c %s -- LOG``, before each start and
+    then every :data:`LAG_CHECK_S` while lines flow, every :data:`LAG_IDLE_CHECK_S` otherwise)
+    minus where the reader is (the size at the start plus the stream's ``bytes_read``; the
+    ``tail -n`` backlog makes that an underestimate by at most those lines, and the position is
+    re-anchored whenever a check finds both the log and the reader standing still). It is
+    published as ``behind_bytes``. Past :data:`SKIP_AHEAD_BYTES` (8 MiB: at a trainer's ~1 KB a
+    step, thousands of steps, minutes of a burst to replay) the tail is restarted at the newest
+    ``tail_lines`` lines instead of replaying the backlog, and ``skips``/``skip_note`` say so
+    (the monitor turns a skip into an event). A flood of a gigabyte then costs a few seconds of
+    reading, not minutes of a step shown as current while hundreds behind.
     """
 
     def __init__(self, host: Host, cfg: TrainingConfig, *, interval_s: float = 1.0,
@@ -104,12 +128,16 @@ class TrainingSource:
         self._proc: StreamProcess | None = None
         self._oversized_seen = 0
         self.streams_started = 0
+        #: the log's size when the current tail started, minus what it sent before: the file
+        #: position of the tail's first byte (see the class docstring); None when not known
+        self._base: int | None = None
+        self._skipping = False  # the current tail is being closed to skip ahead
         self.job = JobWatch(host, cfg.kill, interval_s)
         self.checkpoints = CheckpointWatch(host, cfg)
 
     @property
     def command(self) -> list[str]:
-        return ["tail", "-n", str(self.cfg.tail_lines), "-F", self.cfg.log_path]
+        return ["tail", "-n", str(self.cfg.tail_lines), "-F", "--", self.cfg.log_path]
 
     def snapshot(self, now: float | None = None) -> TrainingProgress:
         return self.tracker.progress(time.time() if now is None else now)
@@ -118,6 +146,7 @@ class TrainingSource:
         """Tail and publish until cancelled (an error in ``publish`` ends it too)."""
         tasks = {asyncio.ensure_future(self._tail_forever()),
                  asyncio.ensure_future(self._publisher(publish)),
+                 asyncio.ensure_future(self._watch_lag()),
                  asyncio.ensure_future(self.job.run(self._dirty.set)),
                  asyncio.ensure_future(self.checkpoints.run(self._dirty.set))}
         try:
@@ -183,7 +212,12 @@ class TrainingSource:
                     self._oversized_seen = 0
                     self.streams_started += 1
                     self.tracker.stream_started(time.time())
+                    since_yield = 0
                     async for line in proc.lines():
+                        since_yield += 1
+                        if since_yield >= YIELD_EVERY_LINES:  # a burst: let the lag check, the
+                            since_yield = 0  # publisher and the other hosts have the loop too
+                            await asyncio.sleep(0)
                         if not got_lines:  # the log is being read: earlier trouble is over
                             got_lines = True
                             self.tracker.set_error(None)
@@ -199,6 +233,9 @@ class TrainingSource:
                     self._check_oversized()
                     rc = await proc.wait()
                     self._proc = None
+                    if self._skipping:  # closed by _skip_ahead: start again at once
+                        self._skipping = False
+                        continue
                     if rc not in (0, None):
                         err = tail_error(proc.stderr_text, self.cfg.log_path)
                         last = (proc.stderr_text.strip().splitlines() or ["no output"])[-1]
@@ -217,13 +254,62 @@ class TrainingSource:
             await asyncio.sleep(delays.reset() if got_lines else delays.double())
 
     async def _precheck(self) -> None:
-        """Say "not found yet" before tail starts waiting for a missing file."""
-        try:
-            res = await self.host.run(["test", "-e", self.cfg.log_path], timeout=10.0)
-        except (TimeoutError, OSError):
-            return
-        if res.exit_status == 1:
+        """Say "not found yet" before tail starts waiting for a missing file; note the log's
+        size, where the tail about to start stands (for :meth:`_watch_lag`)."""
+        self._base = None
+        size = await self._log_size()
+        if size is None:
             self.tracker.set_error(f"log file not found yet: {self.cfg.log_path}")
-        elif res.exit_status == 0 and (self.tracker.error or "").startswith(_TAIL_ERRORS[0]):
-            self.tracker.set_error(None)
+        elif size >= 0:
+            self._base = size
+            if (self.tracker.error or "").startswith(_TAIL_ERRORS[0]):
+                self.tracker.set_error(None)
         self._dirty.set()
+
+    async def _log_size(self) -> int | None:
+        """The log's size in bytes; None when it does not exist, -1 when that is not known."""
+        try:
+            res = await self.host.run(["stat", "-L", "-c", "%s", "--", self.cfg.log_path], timeout=10.0)
+        except (TimeoutError, OSError):
+            return -1
+        out = res.stdout.strip()
+        if res.exit_status == 0 and out.isdigit():
+            return int(out)
+        return None if res.exit_status == 1 and "No such file" in res.stderr else -1
+
+    async def _watch_lag(self) -> None:
+        """Measure how far behind the tail is; skip ahead past :data:`SKIP_AHEAD_BYTES`."""
+        checked_read, checked_size, checked_at = -1, -1, 0.0
+        while True:
+            await asyncio.sleep(LAG_CHECK_S)
+            proc = self._proc
+            if proc is None or self._base is None or self._skipping:
+                continue
+            read = proc.bytes_read
+            flowing = read - checked_read >= LAG_FLOW_BYTES or self.tracker.behind_bytes
+            if not flowing and time.monotonic() - checked_at < LAG_IDLE_CHECK_S:
+                continue
+            try:
+                size = await self._log_size()
+            except HostError:
+                continue
+            if size is None or size < 0 or proc is not self._proc:
+                continue
+            read = proc.bytes_read
+            position = self._base + read
+            if size < position or (size == checked_size and read == checked_read):
+                self._base = size - read  # caught up (or the log was truncated): re-anchored
+                position = size
+            checked_read, checked_size, checked_at = read, size, time.monotonic()
+            behind = size - position
+            self.tracker.set_behind(behind, time.time())
+            self._dirty.set()
+            if behind > SKIP_AHEAD_BYTES:
+                await self._skip_ahead(proc, behind)
+
+    async def _skip_ahead(self, proc: StreamProcess, behind: int) -> None:
+        """Drop the backlog: restart the tail at the newest lines (and say so)."""
+        self._skipping = True
+        self.tracker.skipped_ahead(behind, self.cfg.tail_lines, time.time())
+        self._dirty.set()
+        await proc.close()  # its lines end; _tail_forever starts the next tail at once

@@ -22,13 +22,13 @@ from specconsole.formats.training_log import (
     display_line,
     strip_ansi,
 )
-from specconsole.hosts.local import STREAM_LINE_LIMIT
-from specconsole.samples import format_duration
+from specconsole.hosts.base import STREAM_LINE_LIMIT, line_limit_text
+from specconsole.samples import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from specconsole.sources.checkpoints import CheckpointListing
 
-#: Longest log line read (as the local host's stream limit); longer ones are skipped, counted.
+#: Longest log line read (the hosts' stream limit); longer ones are skipped, counted.
 MAX_LINE_CHARS = STREAM_LINE_LIMIT
 
 #: A trainer announcing a (re)start: confirms that the next step going back is a restart.
@@ -73,6 +73,12 @@ class TrainingProgress:
     state: str | None = None
     #: the run's checkpoints (:mod:`specconsole.sources.checkpoints`); None until first listed
     checkpoints: CheckpointListing | None = None
+    #: how far the tail is behind the log's end, in bytes (None until first measured)
+    behind_bytes: int | None = None
+    #: times the tail skipped ahead to the newest lines, the bytes it dropped, and what it said
+    skips: int = 0
+    skipped_bytes: int = 0
+    skip_note: str | None = None
 
     @property
     def is_done(self) -> bool:
@@ -143,6 +149,10 @@ class TrainingTracker:
         self.stray_records = 0
         self.last_line_at: float | None = None
         self.error: str | None = None
+        self.behind_bytes: int | None = None
+        self.skips = 0
+        self.skipped_bytes = 0
+        self.skip_note: str | None = None
 
     # -- input ----------------------------------------------------------------------------
     def stream_started(self, at: float) -> None:
@@ -164,6 +174,20 @@ class TrainingTracker:
     def set_error(self, message: str | None) -> None:
         self.error = message
 
+    def set_behind(self, behind: int, at: float) -> None:
+        """How far the tail is behind the log's end (measured at ``at``)."""
+        self.behind_bytes = max(0, behind)
+
+    def skipped_ahead(self, behind: int, lines: int, at: float) -> None:
+        """The tail dropped ``behind`` bytes of backlog and starts again at the last ``lines``."""
+        self.skips += 1
+        self.skipped_bytes += behind
+        self.behind_bytes = 0
+        self.skip_note = (f"training log: the tail was {format_bytes(behind)} behind the log's end; "
+                          f"skipped ahead to its last {lines} lines (the steps in between are not "
+                          f"read)")
+        self._recent.append(f"[skipped {format_bytes(behind)} of log lines to catch up]")
+
     def skipped_line(self, arrival_time: float, size: int | None = None) -> None:
         """A line too long to read was skipped: count it as malformed and show that it was."""
         self.lines_seen += 1
@@ -171,7 +195,7 @@ class TrainingTracker:
         self.last_line_at = arrival_time
         how_long = f"of {size:,} characters " if size is not None else ""
         self._recent.append(f"[a log line {how_long}was skipped: longer than the "
-                            f"{MAX_LINE_CHARS >> 20} MiB line limit]")
+                            f"{line_limit_text()} line limit]")
 
     def feed(self, line: str, arrival_time: float) -> None:
         cleaned = strip_ansi(line).rstrip()
@@ -394,5 +418,6 @@ class TrainingTracker:
             last_line_at=self.last_line_at, lines_seen=self.lines_seen, malformed=self.malformed,
             restarts=self.restarts, recent_lines=tuple(self._recent),
             stalled=stalled and not (target is not None and step is not None and step >= target),
-            error=self.error,
+            error=self.error, behind_bytes=self.behind_bytes, skips=self.skips,
+            skipped_bytes=self.skipped_bytes, skip_note=self.skip_note,
         )

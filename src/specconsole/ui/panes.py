@@ -28,7 +28,7 @@ from specconsole.events import Event, EventLog
 from specconsole.freshness import Staleness
 from specconsole.hosts.address import ssh_address
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample, format_age
+from specconsole.samples import Sample, format_age, format_bytes
 from specconsole.ui import format as fmt
 from specconsole.ui.checkpoints_pane import CheckpointTable
 from specconsole.ui.fleet_rows import FleetRow, summary_text
@@ -312,6 +312,8 @@ class TrainingPane(Vertical):
                          f"[$error](stall warning after {stall_min:g} min)[/]")
             else:
                 fresh = f"last log line {format_age(since)} ago"
+        if p.behind_bytes:
+            fresh += f"  ·  [b $warning]{escape(format_bytes(p.behind_bytes))} behind the log's end[/]"
         if stale:
             fresh += f"  ·  [b $warning]sample {escape(age)}[/]"
         _part(self, ".freshness", TextBlock).set(fresh)
