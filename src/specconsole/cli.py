@@ -12,11 +12,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from specconsole import __version__, gc_tuning, paths
+from specconsole.config import GraceSeconds
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
+from specconsole.validation import num, option_type
+from specconsole.values import SPEC_INT_MAX
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -236,6 +239,19 @@ def _eval(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- main
 
+# Every number on the command line is declared like a config key and checked by the same code
+# (validation.option_type): finite, in range, whole where it must be, one line naming the option.
+#: SGLang's speculative ints (draft window, block size, tree budget): 1 .. 2**20 (values.SPEC_INT_MAX)
+SpecInt = Annotated[int, num(ge=1, le=SPEC_INT_MAX, why="SGLang takes a positive C int; no drafter drafts "
+                             "a million tokens", example=16)]
+#: at most a day: a server that takes longer to load is not coming up
+HealthTimeout = Annotated[float, num(gt=0, le=86400, why="seconds the restarted server has to answer /health "
+                                     "before the rollback", example=600)]
+StatusInterval = Annotated[float, num(gt=0, why="it is the time between two snapshots", example=1)]
+StatusTimeout = Annotated[float, num(ge=0, why="seconds to wait for the first snapshot; 0: print at once",
+                                     example=15)]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specconsole", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"specconsole {__version__}")
@@ -249,15 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("--watch", action="store_true", help="keep printing snapshots")
-    st.add_argument("--interval", type=float, default=1.0, help="seconds between --watch snapshots")
-    st.add_argument("--timeout", type=float, default=15.0,
+    st.add_argument("--interval", type=option_type(StatusInterval, "--interval"), default=1.0,
+                    help="seconds between --watch snapshots")
+    st.add_argument("--timeout", type=option_type(StatusTimeout, "--timeout"), default=15.0,
                     help="seconds to wait for the first complete snapshot (default 15)")
 
     kt = sub.add_parser("kill-training", help="stop the training job: SIGTERM, wait, SIGKILL, verify GPUs released")
     kt.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     kt.add_argument("--host", help="training host name (default: the only one)")
     kt.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    kt.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config, 30)")
+    kt.add_argument("--grace", type=option_type(GraceSeconds, "--grace"),
+                    help="seconds between SIGTERM and SIGKILL (default: config, 30)")
     kt.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3): read-only mode changes no host")
 
@@ -267,15 +285,19 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--host", help="serving host name (default: the only one)")
     dp.add_argument("--algorithm", help="speculative algorithm the host's SGLang offers, e.g. DFLASH, DDTREE or "
                                         "NEXTN (default: keep)")
-    dp.add_argument("--draft-window", metavar="N", help="DFLASH/DDTREE draft window (>= block size)")
-    dp.add_argument("--block-size", metavar="N", help="DFLASH/DDTREE block size = draft tokens per step "
-                                                      "(--speculative-num-draft-tokens; default: the draft model's)")
-    dp.add_argument("--tree-budget", metavar="N", help="DDTREE tree budget (--speculative-ddtree-budget, >= 1; "
-                                                       "default block size - 1: a chain; larger: a tree)")
+    dp.add_argument("--draft-window", metavar="N", type=option_type(SpecInt, "--draft-window"),
+                    help=f"DFLASH/DDTREE draft window (>= block size, <= {SPEC_INT_MAX})")
+    dp.add_argument("--block-size", metavar="N", type=option_type(SpecInt, "--block-size"),
+                    help="DFLASH/DDTREE block size = draft tokens per step "
+                         "(--speculative-num-draft-tokens; default: the draft model's)")
+    dp.add_argument("--tree-budget", metavar="N", type=option_type(SpecInt, "--tree-budget"),
+                    help="DDTREE tree budget (--speculative-ddtree-budget, >= 1; "
+                         "default block size - 1: a chain; larger: a tree)")
     dp.add_argument("--attention-backend", metavar="NAME", help="SGLang's --attention-backend (DDTREE with a "
                                                                 "budget > block size - 1 needs triton; default: keep)")
     dp.add_argument("--draft-model", metavar="PATH", help="draft model path on the host (default: config)")
-    dp.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health (600)")
+    dp.add_argument("--health-timeout", type=option_type(HealthTimeout, "--health-timeout"), default=600.0,
+                    help="seconds to wait for /health (600, at most a day)")
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
     dp.add_argument("--rebase", action="store_true",
                     help="build ExecStart from the current base unit (after it changed under the drop-in)")
@@ -294,7 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SpecConsoleError as err:  # a number the command cannot use (validation.option_type)
+        print(f"specconsole: {err}", file=sys.stderr)
+        return err.exit_code
     gc_tuning.tune()
     if not hasattr(args, "config"):
         args.config = None

@@ -56,6 +56,10 @@ class GpuConfig:
     interval_s: Annotated[float, _positive("it is the time between two readings")] = 1.0
 
 
+#: ``training.kill.grace_s`` and ``kill-training --grace``: one declaration, one check
+GraceSeconds = Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once", example=30)]
+
+
 @dataclass(frozen=True)
 class KillConfig:
     """How to find the training job: the first of pid_file, systemd_unit, pattern that is set."""
@@ -63,7 +67,7 @@ class KillConfig:
     pid_file: Text | None = None
     systemd_unit: Text | None = None
     pattern: Text | None = None
-    grace_s: Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once")] = 30.0
+    grace_s: GraceSeconds = 30.0
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,37 @@ def text(pattern: str, problem: str, fix: str) -> msgspec.Meta:
     return msgspec.Meta(pattern=pattern, extra={"problem": problem, "fix": fix})
 
 
+def option_type(tp: Any, option: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reads a command-line number as the config reads a key declared
+    ``tp`` (e.g. ``Annotated[float, num(ge=0, ...)]``): the same checks (finite, in range, whole)
+    and the same one-line wording, keyed by ``option``. A bad value raises
+    :class:`~specconsole.errors.UsageError` (exit 2, one line) out of ``parse_args``: it is not a
+    ``ValueError`` on purpose, so argparse does not turn it into its usage text."""
+    from specconsole.errors import UsageError
+
+    def read(raw: str) -> Any:
+        try:
+            return option_value(raw, tp, option)
+        except Invalid as err:
+            raise UsageError(str(err)) from None
+
+    read.__name__ = option  # argparse names the type in its own messages
+    return read
+
+
+def option_value(raw: str, tp: Any, option: str) -> Any:
+    """``raw`` (a command-line word) as a value of ``tp``; raises :class:`Invalid` keyed ``option``."""
+    value: object = raw
+    for parse in (int, float):
+        try:
+            value = parse(raw)
+            break
+        except ValueError:
+            continue
+    cls = msgspec.defstruct("Option", [("value", tp)], forbid_unknown_fields=True)
+    return getattr(convert({"value": value}, cls, label=lambda _data, _path: option), "value")  # noqa: B009
+
+
 class Invalid(Exception):
     """What :func:`convert` found: ``key`` (dotted, as written in the file), ``problem``, ``fix``."""
 
@@ -337,6 +368,11 @@ def explain(value: object, info: _Field, key: str) -> tuple[str, str]:
     return f"invalid value {value!r}", "see the documentation for this file"
 
 
+def _bound(b: float) -> str:
+    """A range's bound as written: ``1048576``, not ``1.04858e+06``."""
+    return str(int(b)) if float(b).is_integer() and abs(b) < 1e15 else f"{b:g}"
+
+
 def _explain_number(value: object, s: mi.IntType | mi.FloatType, meta: Mapping[str, Any],
                     example: str) -> tuple[str, str]:
     integer = isinstance(s, mi.IntType)
@@ -345,7 +381,7 @@ def _explain_number(value: object, s: mi.IntType | mi.FloatType, meta: Mapping[s
     if integer and not isinstance(value, int):
         return f"must be an integer, got {value!r}", f"use a whole number, {example}"
     gt, ge, le = s.gt, s.ge, s.le
-    allowed = " and ".join(f"{op} {b:g}" for op, b in ((">", gt), (">=", ge), ("<=", le)) if b is not None)
+    allowed = " and ".join(f"{op} {_bound(b)}" for op, b in ((">", gt), (">=", ge), ("<=", le)) if b is not None)
     what = meta.get("what")
     problem = (f"not {what}: {value!r}" if what else meta.get("problem") or
                ("must be positive" if gt == 0 and le is None else f"must be {allowed}"))
@@ -403,7 +439,8 @@ def _allowed(t: mi.Type) -> str:
     if isinstance(s, mi.LiteralType):
         return ", ".join(str(v) for v in s.values)
     if isinstance(s, mi.IntType | mi.FloatType):
-        return " and ".join(f"{op} {b:g}" for op, b in ((">", s.gt), (">=", s.ge), ("<=", s.le)) if b is not None)
+        return " and ".join(f"{op} {_bound(b)}" for op, b in ((">", s.gt), (">=", s.ge), ("<=", s.le))
+                            if b is not None)
     if isinstance(s, mi.StrType) and s.pattern == r"\S":
         return "non-empty"
     return ""

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+#: The largest draft window, block size or tree budget a deploy accepts: 2**20 tokens. SGLang
+#: keeps them as C ints (a larger number overflows, or sizes a tensor no GPU holds); no drafter
+#: comes near a million draft tokens, so anything above is a typo. ``deploy --draft-window``
+#: and the deploy preflight both refuse more.
+SPEC_INT_MAX = 1_048_576
+
 
 def as_int(value: object) -> int | None:
     """An int from an int, an integral float or a decimal string (``"16"``, ``"+16"``, ``" -1 "``);

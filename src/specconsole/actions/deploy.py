@@ -44,6 +44,7 @@ from specconsole.hosts import Host
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.sglang.rebase import find_drift
 from specconsole.sglang.unit import SPECIFIER, dropin_text, parse_unit, show_word
+from specconsole.values import SPEC_INT_MAX
 
 __all__ = ["BaseUnitChanged", "DeployOutcome", "DeployPlan", "DeployRefused", "DeployRequest", "agent_plan",
            "execute", "follow", "preflight"]
@@ -60,6 +61,8 @@ def _positive_int(raw: str | int | None, what: str, flag: str) -> int | None:
     value = int(text)
     if value <= 0:
         raise DeployRefused(f"{what} must be positive, got {value} (SGLang refuses {flag} <= 0)")
+    if value > SPEC_INT_MAX:
+        raise DeployRefused(f"{what} must be <= {SPEC_INT_MAX}, got {value} (SGLang's {flag} is a C int)")
     return value
 
 
