@@ -193,3 +193,23 @@ def test_cli_reports_a_bad_url_in_one_line(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.count("\n") == 1 and "base_url" in res.stderr and "fix:" in res.stderr
+
+
+DEEP = {
+    "an array 600 deep": "x = " + "[" * 600 + "]" * 600 + "\n",
+    "an inline table 600 deep": "x = " + "{a = " * 600 + "1" + "}" * 600 + "\n",
+    # parses (a dotted header is flat to the parser), then 1,500 nested dicts reach the validator
+    "a table header 1500 deep": "[keys." + ".".join(["a"] * 1500) + "]\n",
+}
+
+
+@pytest.mark.parametrize("text", DEEP.values(), ids=list(DEEP))
+def test_a_config_nested_hundreds_deep_is_one_line_not_a_traceback(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text + MINIMAL)
+    res = subprocess.run([sys.executable, "-m", "specconsole", "status", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr[-300:]
+    assert res.stdout == ""
+    assert res.stderr.splitlines() == [f"specconsole: {path}: tables or arrays nested too deeply to read "
+                                       "(hundreds of levels) (fix: flatten the file: these files nest a few "
+                                       "levels at most)"]

@@ -17,7 +17,7 @@ import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
-from specconsole.validation import Invalid, Text, convert, named_items, num, text
+from specconsole.validation import TOO_DEEP, Invalid, Text, convert, named_items, num, text
 
 Role = Literal["train", "serve", "both"]
 GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]
@@ -234,6 +234,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(shown, None, "not UTF-8 text", "save the file as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(shown, None, f"invalid TOML: {err}", "correct the syntax at that line") from None
+    except RecursionError:
+        raise ConfigError(shown, None, *TOO_DEEP) from None
     return parse_config(data, shown)
 
 

@@ -84,6 +84,13 @@ def option_value(raw: str, tp: Any, option: str) -> Any:
     return getattr(convert({"value": value}, cls, label=lambda _data, _path: option), "value")  # noqa: B009
 
 
+#: ``(problem, fix)`` for a file whose tables or arrays nest deeper than the parser can follow
+#: (500 ``[`` in a row: Python's recursion limit): refused in one line at every file's load
+#: (config, eval suite, results file, theme), never a RecursionError traceback.
+TOO_DEEP = ("tables or arrays nested too deeply to read (hundreds of levels)",
+            "flatten the file: these files nest a few levels at most")
+
+
 class Invalid(Exception):
     """What :func:`convert` found: ``key`` (dotted, as written in the file), ``problem``, ``fix``."""
 
@@ -103,6 +110,13 @@ def convert(data: object, cls: type[S], *, label: Callable[[object, Path], str] 
     ``top`` is what an unknown key at the top is called; ``json``: the fixes are written in JSON,
     and a whole number written as ``3.0`` counts as an integer (other tools write them so).
     """
+    try:
+        return _convert(data, cls, label, top, json)
+    except RecursionError:
+        raise Invalid(None, *TOO_DEEP) from None
+
+
+def _convert(data: object, cls: type[S], label: Callable[[object, Path], str] | None, top: str, json: bool) -> S:
     name = label or dotted
     if json:
         data = _whole_floats(data, mi.type_info(cls))
