@@ -18,6 +18,7 @@ from specconsole.config import (
     SshSettings,
     TrainingConfig,
     load_config,
+    parse_config,
 )
 from specconsole.errors import ConfigError
 
@@ -213,3 +214,37 @@ def test_a_config_nested_hundreds_deep_is_one_line_not_a_traceback(tmp_path: Pat
     assert res.stderr.splitlines() == [f"specconsole: {path}: tables or arrays nested too deeply to read "
                                        "(hundreds of levels) (fix: flatten the file: these files nest a few "
                                        "levels at most)"]
+
+
+OPERANDS = {
+    "hosts[0] (gpu1).training.log_path": ("log_path", "path"),
+    "hosts[0] (gpu1).training.checkpoint_dir": ("checkpoint_dir", "path"),
+    "hosts[0] (gpu1).training.kill.pid_file": ("kill.pid_file", "path"),
+    "hosts[0] (gpu1).training.kill.systemd_unit": ("kill.systemd_unit", "unit"),
+    "hosts[0] (gpu1).sglang.unit": ("sglang.unit", "unit"),
+    "hosts[0] (gpu1).sglang.draft_model_path": ("sglang.draft_model_path", "path"),
+}
+
+
+@pytest.mark.parametrize("key", OPERANDS)
+def test_a_unit_or_remote_path_beginning_with_a_dash_is_refused(key: str) -> None:
+    """``systemctl cat -Hroot@host`` and ``tail -F --pid=1`` read such a value as an option."""
+    field, kind = OPERANDS[key]
+    host: dict[str, object] = {"name": "gpu1", "role": "both", "training": {"log_path": "/x/train.jsonl"},
+                               "sglang": {"base_url": "http://127.0.0.1:30000"}}
+    table, _, name = field.rpartition(".")
+    target = host["training"] if table in ("", "kill") else host["sglang"]
+    assert isinstance(target, dict)
+    if table == "kill":
+        target = target.setdefault("kill", {})
+    target[name] = "-Hroot@evil" if kind == "unit" else "--pid=1"
+    with pytest.raises(ConfigError) as err:
+        parse_config({"hosts": [host]}, "c.toml")
+    assert err.value.key == key
+    fix = 'use the unit\'s name, e.g. "sglang.service"' if kind == "unit" else \
+        'write it as an absolute path, or "./-name"'
+    assert str(err.value) == (f"c.toml: {key}: must be a {kind}{' name' if kind == 'unit' else ''} not beginning "
+                              f"with '-' (a command on the host would read it as an option), got "
+                              f"{target[name]!r} (fix: {fix})")
+    target[name] = "./-odd" if kind == "path" else "x-y.service"  # a dash inside is fine
+    parse_config({"hosts": [host]}, "c.toml")

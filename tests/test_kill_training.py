@@ -284,3 +284,25 @@ def test_cli_refuses_without_tty_or_yes(job_lab: Lab) -> None:
     assert res.returncode == 1
     assert "pass --yes" in res.stderr and "Traceback" not in res.stderr
     assert alive(job_lab.state.trainer_pid or 0)
+
+
+async def test_the_systemd_unit_goes_to_systemctl_after_double_dash(lab_hosts: Lab) -> None:
+    """A unit name is an operand: ``systemctl show ... -- UNIT`` (a name beginning with "-" is
+    refused by the config as well), and the host's systemctl takes that form."""
+    cfg = load_config(lab_hosts.config_path).host("train")
+    assert cfg.training is not None
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, kill=dataclasses.replace(
+        cfg.training.kill, pid_file=None, pattern=None, systemd_unit="trainer.service")))
+    host = SshHost(cfg)
+    await host.start()
+    assert await host.wait_connected(15)
+    events: list[StepEvent] = []
+    try:
+        plan = await find_job(host, cfg, Steps("kill-training", events.append, host="train"))
+    finally:
+        await host.close()
+    shows = [e for e in events if e.command and e.command.startswith("systemctl show")]
+    assert [e.command for e in shows if e.kind == "command"] == [
+        "systemctl show -p MainPID --value -- trainer.service"]
+    assert any(e.kind == "result" and e.message.startswith("exit 0") for e in shows), [e.line() for e in shows]
+    assert plan.empty and plan.note == "unit trainer.service has no running MainPID"

@@ -385,7 +385,7 @@ async def test_source_picks_up_appended_lines_incrementally(tmp_path: Path):
     log.write_text("Total training steps: 33000\n" + "".join(jline(s, T0 + s) + "\n" for s in (1, 2)))
     async with Running(log, total_epochs=6) as run:
         await wait_for(lambda: bool(run.samples) and run.last.step == 2, 15.0, what="the condition")
-        assert run.source.command == ["tail", "-n", "200", "-F", str(log)]
+        assert run.source.command == ["tail", "-n", "200", "-F", "--", str(log)]
         assert len(tail_pids(log)) == 1
         with log.open("a") as f:
             for s in range(3, 6):

@@ -17,7 +17,7 @@ import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
-from specconsole.validation import TOO_DEEP, Invalid, Text, convert, named_items, num, text
+from specconsole.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
 
 Role = Literal["train", "serve", "both"]
 GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]
@@ -31,6 +31,15 @@ SGLANG_SOURCES: tuple[str, ...] = get_args(SglangSource)
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 
 DEFAULT_CONFIG_ENV = "SPECCONSOLE_CONFIG"
+
+
+_OPTION_WHY = "a command on the host would read it as an option"
+#: a systemd unit name given to ``systemctl``/``journalctl`` on the host
+UnitName = Annotated[str, text(NOT_AN_OPTION, f"must be a unit name not beginning with '-' ({_OPTION_WHY})",
+                               'use the unit\'s name, e.g. "sglang.service"', "non-empty, no leading -")]
+#: a path on the host given to ``tail``, ``cat``, ``cd``...
+RemotePath = Annotated[str, text(NOT_AN_OPTION, f"must be a path not beginning with '-' ({_OPTION_WHY})",
+                                 'write it as an absolute path, or "./-name"', "non-empty, no leading -")]
 
 
 def _positive(why: str, example: float | None = None) -> msgspec.Meta:
@@ -64,15 +73,15 @@ GraceSeconds = Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 
 class KillConfig:
     """How to find the training job: the first of pid_file, systemd_unit, pattern that is set."""
 
-    pid_file: Text | None = None
-    systemd_unit: Text | None = None
+    pid_file: RemotePath | None = None
+    systemd_unit: UnitName | None = None
     pattern: Text | None = None
     grace_s: GraceSeconds = 30.0
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    log_path: Text
+    log_path: RemotePath
     format: LogFormat = "auto"
     patterns: tuple[str, ...] = ()
     total_steps: Annotated[int, _positive("the step count the ETA aims at", 33000)] | None = None
@@ -81,21 +90,21 @@ class TrainingConfig:
     tail_lines: Annotated[int, _positive("it is how many past lines are read at start")] = 200
     stall_warning_min: Annotated[float, _positive("0 would flag every job as stalled")] = 10.0
     #: where the run saves checkpoints (default: where the log says it saved, else the log's folder)
-    checkpoint_dir: Text | None = None
+    checkpoint_dir: RemotePath | None = None
     kill: KillConfig = field(default_factory=KillConfig)
 
 
 @dataclass(frozen=True)
 class SglangConfig:
     base_url: Text
-    unit: Text = "sglang.service"
+    unit: UnitName = "sglang.service"
     tunnel: bool = False
     interval_s: Annotated[float, _positive("it is the time between two polls")] = 2.0
     timeout_s: Annotated[float, _positive("0 would fail every request")] = 3.0
     #: while healthy, how often ``/health`` is asked (``/metrics`` is read every poll): SGLang's
     #: ``/health`` runs a one-token generation on an idle server
     health_interval_s: Annotated[float, _positive("it is the time between two health checks")] = 5.0
-    draft_model_path: Text | None = None
+    draft_model_path: RemotePath | None = None
     api_key: Text | None = None
     source: SglangSource = "auto"
 

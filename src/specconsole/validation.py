@@ -48,9 +48,16 @@ def num(*, gt: float | None = None, ge: float | None = None, le: float | None = 
     return msgspec.Meta(ge=ge, le=le, extra=extra)
 
 
-def text(pattern: str, problem: str, fix: str) -> msgspec.Meta:
-    """A string matching ``pattern``; otherwise ``problem`` (``must be a simple name``) and ``fix``."""
-    return msgspec.Meta(pattern=pattern, extra={"problem": problem, "fix": fix})
+def text(pattern: str, problem: str, fix: str, allowed: str = "") -> msgspec.Meta:
+    """A string matching ``pattern``; otherwise ``problem`` (``must be a simple name``) and ``fix``;
+    ``allowed`` is what the config reference's "allowed" column says."""
+    return msgspec.Meta(pattern=pattern, extra={"problem": problem, "fix": fix, "allowed": allowed})
+
+
+#: Not empty and not beginning with "-": a word a command on the host receives as an operand (a
+#: unit name, a path), which it would otherwise read as an option (``systemctl cat -Hroot@x``).
+#: The commands also put it after ``--``; the config refuses it to begin with.
+NOT_AN_OPTION = r"^(?!-)[\s\S]*\S"
 
 
 def option_type(tp: Any, option: str) -> Callable[[str], Any]:
@@ -457,4 +464,4 @@ def _allowed(t: mi.Type) -> str:
                             if b is not None)
     if isinstance(s, mi.StrType) and s.pattern == r"\S":
         return "non-empty"
-    return ""
+    return str(_extra(t).get("allowed") or "")

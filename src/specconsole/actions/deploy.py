@@ -87,7 +87,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         check_value(what, raw)
 
     steps.begin("read the unit", f"reading {unit_name}")
-    cat = await steps.run(host, ["systemctl", "cat", unit_name])
+    cat = await steps.run(host, ["systemctl", "cat", "--", unit_name])
     if not cat.ok:
         raise DeployRefused(f"{cfg.name}: `systemctl cat {unit_name}` failed: "
                             f"{(cat.stderr or cat.stdout).strip()[:200]}; check sglang.unit in the config")

@@ -202,7 +202,7 @@ async def _launchers(host: Host, kill: KillConfig, procs: dict[int, Proc],
             return [], f"pid file {kill.pid_file}", note, refused
         steps.info(note + "; trying the next method")
     if kill.systemd_unit:
-        res = await steps.run(host, ["systemctl", "show", "-p", "MainPID", "--value", kill.systemd_unit])
+        res = await steps.run(host, ["systemctl", "show", "-p", "MainPID", "--value", "--", kill.systemd_unit])
         pid = int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 0
         if pid and pid in procs:
             return [pid], f"systemd unit {kill.systemd_unit}", "", ""

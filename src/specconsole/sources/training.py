@@ -109,7 +109,7 @@ class TrainingSource:
 
     @property
     def command(self) -> list[str]:
-        return ["tail", "-n", str(self.cfg.tail_lines), "-F", self.cfg.log_path]
+        return ["tail", "-n", str(self.cfg.tail_lines), "-F", "--", self.cfg.log_path]
 
     def snapshot(self, now: float | None = None) -> TrainingProgress:
         return self.tracker.progress(time.time() if now is None else now)

@@ -73,7 +73,7 @@ async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list
     if cfg.sglang is None:
         return []
     steps.begin("discover algorithms", f"asking {cfg.name}'s SGLang which algorithms it has")
-    cat = await steps.run(host, ["systemctl", "cat", cfg.sglang.unit])
+    cat = await steps.run(host, ["systemctl", "cat", "--", cfg.sglang.unit])
     if not cat.ok:
         steps.warn(f"`systemctl cat {cfg.sglang.unit}` failed; offering {', '.join(FALLBACK_ALGORITHMS)}")
         return []
