@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from specconsole.hosts import Host
     from specconsole.monitor import Fleet
 
-from specconsole.actions.steps import Steps
+from specconsole.actions.steps import Steps, require_audit
 
 
 def resolve_config_path(given: str | None) -> str:
@@ -106,6 +106,16 @@ def _refuse_if_read_only(args: argparse.Namespace, config: Config, action_id: st
                           f"(drop --read-only / set read_only = false to change hosts)")
 
 
+def _audit_log(config: Config, command: str, allow_unaudited: bool) -> EventLog:
+    """The audit log a destructive command writes; refused (exit 3) before any connection when it
+    cannot be written, unless ``--no-audit`` (then it says that it acts without a record)."""
+    events = EventLog(config.console.audit_log)
+    problem = require_audit(events, command, allow_unaudited=allow_unaudited)
+    if problem is not None:
+        _stderr(f"specconsole: {command}: {problem}; going on without a record (--no-audit)")
+    return events
+
+
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
     """Print each step event as it happens and append it to the audit log."""
     from specconsole.actions.steps import audit
@@ -153,7 +163,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
 
     config = load_config(resolve_config_path(args.config))
     _refuse_if_read_only(args, config, "kill_training", "kill-training")
-    events = EventLog(config.console.audit_log)
+    events = _audit_log(config, "kill-training", args.no_audit)
     steps = Steps("kill-training", _step_printer(events))
     cfg, host = await _connected_host(config, args.host, "train", steps)
     try:
@@ -167,6 +177,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
             steps.done("cancelled by the operator; nothing was changed")
             return 0
         assert cfg.training is not None
+        require_audit(events, "kill-training", allow_unaudited=args.no_audit)  # its writes failed meanwhile?
         grace = args.grace if args.grace is not None else cfg.training.kill.grace_s
         outcome = await kill_job(host, plan, steps, grace_s=grace)
         return outcome.exit_code
@@ -179,9 +190,9 @@ async def _deploy(args: argparse.Namespace) -> int:
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
-    if not args.dry_run:  # a dry run changes nothing, so read-only allows it
+    if not args.dry_run:  # a dry run changes nothing, so read-only allows it (and needs no audit record)
         _refuse_if_read_only(args, config, "deploy", "deploy")
-    events = EventLog(config.console.audit_log)
+    events = EventLog(config.console.audit_log) if args.dry_run else _audit_log(config, "deploy", args.no_audit)
     steps = Steps("deploy", _step_printer(events))
     request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
                             draft_model=args.draft_model, tree_budget=args.tree_budget,
@@ -201,6 +212,7 @@ async def _deploy(args: argparse.Namespace) -> int:
         if not _confirm(f"Deploy to {cfg.name} and restart {plan.unit.name}?", args.yes):
             steps.done("cancelled by the operator; nothing was changed")
             return 0
+        require_audit(events, "deploy", allow_unaudited=args.no_audit)  # its writes failed meanwhile?
         outcome = await execute(host, plan, steps, operator=_operator())
         return outcome.exit_code
     finally:
@@ -225,7 +237,8 @@ def _console(args: argparse.Namespace) -> int:
     from specconsole.ui.app import run_console
 
     config = load_config(resolve_config_path(args.config))
-    return run_console(config, read_only=args.read_only, theme=args.theme, leave_process=True)
+    return run_console(config, read_only=args.read_only, theme=args.theme, no_audit=args.no_audit,
+                       leave_process=True)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -259,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"else {paths.default_config_file()}")
     p.add_argument("--read-only", action="store_true", help="console: remove every destructive binding")
     p.add_argument("--theme", help="console: theme name (shipped, or from <config dir>/themes/; t cycles them)")
+    p.add_argument("--no-audit", action="store_true",
+                   help="console: allow kill and deploy when the audit log cannot be written (default: refused)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     st = sub.add_parser("status", help="print one snapshot of every host and exit (1 if a host is unreachable)")
@@ -276,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     kt.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kt.add_argument("--grace", type=option_type(GraceSeconds, "--grace"),
                     help="seconds between SIGTERM and SIGKILL (default: config, 30)")
+    kt.add_argument("--no-audit", action="store_true", default=argparse.SUPPRESS,
+                    help="act even when the audit log cannot be written (default: refuse, exit 3)")
     kt.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3): read-only mode changes no host")
 
@@ -302,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--rebase", action="store_true",
                     help="build ExecStart from the current base unit (after it changed under the drop-in)")
     dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    dp.add_argument("--no-audit", action="store_true", default=argparse.SUPPRESS,
+                    help="act even when the audit log cannot be written (default: refuse, exit 3)")
     dp.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3) unless --dry-run: read-only mode changes no host")
 
