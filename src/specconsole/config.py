@@ -71,7 +71,9 @@ GraceSeconds = Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 
 
 @dataclass(frozen=True)
 class KillConfig:
-    """How to find the training job: the first of pid_file, systemd_unit, pattern that is set."""
+    """How to find the training job: the first of pid_file, systemd_unit, pattern that is set.
+    A kill acts only on what that one finds; a later one finding processes refuses the kill
+    (:func:`specconsole.actions.kill.find_job`)."""
 
     pid_file: RemotePath | None = None
     systemd_unit: UnitName | None = None
