@@ -19,7 +19,7 @@ from specconsole.config import GraceSeconds
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
 from specconsole.validation import num, option_type
-from specconsole.values import SPEC_INT_MAX
+from specconsole.values import SPEC_INT_MAX, printable
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -83,7 +83,13 @@ async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
 def _stderr(line: str) -> None:
     """One line on stderr without Python's buffers (safe from any thread, at any moment)."""
     with contextlib.suppress(OSError):
-        os.write(2, (line + "\n").encode())
+        os.write(2, (printable(line) + "\n").encode())
+
+
+def _say(line: str) -> None:
+    """One line on stdout; what hosts said in it (process names, errors) is shown, never obeyed
+    (an ESC or a U+202E from a host prints as ``\\x1b``, ``\\u202e``)."""
+    print(printable(line), flush=True)
 
 
 # ------------------------------------------------------------------------------ actions
@@ -120,7 +126,7 @@ def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
     """Print each step event as it happens and append it to the audit log."""
     from specconsole.actions.steps import audit
 
-    return audit(events, also=lambda event: print(event.line(), flush=True))
+    return audit(events, also=lambda event: _say(event.line()))
 
 
 async def _connected_host(config: Config, name: str | None, role: str, steps: Steps) -> tuple[HostConfig, Host]:
@@ -169,7 +175,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
     try:
         plan = await find_job(host, cfg, steps)
         for line in plan.describe():
-            print(line, flush=True)
+            _say(line)
         if plan.empty:
             (steps.failed if plan.refused else steps.done)(plan.describe()[0])
             return 1 if plan.refused else 0
@@ -202,7 +208,7 @@ async def _deploy(args: argparse.Namespace) -> int:
     try:
         plan = await preflight(host, cfg, request, steps)
         for line in plan.describe():
-            print(line, flush=True)
+            _say(line)
         if not plan.changes:
             steps.done("the unit already has these settings; nothing to deploy")
             return 0
@@ -338,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SpecConsoleError as err:  # a number the command cannot use (validation.option_type)
-        print(f"specconsole: {err}", file=sys.stderr)
+        _stderr(f"specconsole: {err}")
         return err.exit_code
     gc_tuning.tune()
     if not hasattr(args, "config"):
@@ -358,10 +364,10 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_deploy(args))
         return _console(args)
     except SpecConsoleError as err:
-        print(f"specconsole: {err}", file=sys.stderr)
+        _stderr(f"specconsole: {err}")
         return err.exit_code
     except TimeoutError as err:  # a remote command that did not finish: its message names it
-        print(f"specconsole: {err}", file=sys.stderr)
+        _stderr(f"specconsole: {err}")
         return 1
     except KeyboardInterrupt:
         print("specconsole: interrupted", file=sys.stderr)

@@ -18,6 +18,7 @@ import msgspec
 from specconsole import paths
 from specconsole.errors import ConfigError
 from specconsole.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
+from specconsole.values import escape_char, printable, unsafe_char
 
 Role = Literal["train", "serve", "both"]
 GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]
@@ -264,6 +265,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     hosts: list[HostConfig] = []
     seen: set[str] = set()
     for i, h in enumerate(file.hosts):
+        _check_shown(r, named_items(data, ("hosts", i)), h)
         own_ssh = hosts_raw[i].get("ssh", {})
         # [ssh] is every host's default; what the host's own [hosts.ssh] sets wins
         ssh = replace(file.ssh, **{k: getattr(h.ssh, k) for k in own_ssh})
@@ -274,6 +276,17 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         seen.add(h.name)
     return Config(path=path, hosts=tuple(hosts), console=file.console, keys=dict(file.keys),
                   prometheus=file.prometheus)
+
+
+def _check_shown(r: _Reader, prefix: str, host: HostConfig) -> None:
+    """A host's name and address are printed and drawn everywhere: one holding a control or
+    bidirectional character (ESC, newline, NUL, U+202E) would print as something else."""
+    for key, value in (("name", host.name), ("host", host.host), ("user", host.user)):
+        bad = unsafe_char(value) if value else None
+        if value and bad:
+            raise r.fail(f"{prefix}.{key}", f"holds the control character {escape_char(bad)} in "
+                         f"'{printable(value)}' (it would print as something else)",
+                         "use letters, digits, '-', '_' and '.', e.g. gpu1")
 
 
 def _check_prometheus_use(r: _Reader, host: HostConfig, prefix: str,

@@ -20,6 +20,8 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from msgspec import inspect as mi
 
+from specconsole.values import printable
+
 S = TypeVar("S")
 
 #: A string that must hold something other than spaces.
@@ -158,7 +160,7 @@ def named_items(data: object, path: Path) -> str:
         if isinstance(seg, int):
             out += f"[{seg}]"
             if isinstance(node, dict) and isinstance(node.get("name"), str) and node["name"]:
-                out += f" ({node['name']})"
+                out += f" ({printable(node['name'])})"
         else:
             out += f".{seg}" if out else seg
     return out
