@@ -32,6 +32,7 @@ LAB_TESTS = (
     "test_lab_environment.py",  # starts and stops labs itself
     "test_tmux_smoke.py",  # the demo in tmux
     "test_tmux_story.py",  # the demo in tmux
+    "test_sighup_restore.py",  # the console in tmux
     "test_lab_trainer.py::test_torchrun_",  # a real torchrun job
     "test_status_cli.py::test_lab_cli_",  # `specconsole lab up` / `down`
 )

@@ -18,6 +18,7 @@ from specconsole.config import (
     SshSettings,
     TrainingConfig,
     load_config,
+    parse_config,
 )
 from specconsole.errors import ConfigError
 
@@ -196,3 +197,57 @@ def test_cli_reports_a_bad_url_in_one_line(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.count("\n") == 1 and "base_url" in res.stderr and "fix:" in res.stderr
+
+
+DEEP = {
+    "an array 600 deep": "x = " + "[" * 600 + "]" * 600 + "\n",
+    "an inline table 600 deep": "x = " + "{a = " * 600 + "1" + "}" * 600 + "\n",
+    # parses (a dotted header is flat to the parser), then 1,500 nested dicts reach the validator
+    "a table header 1500 deep": "[keys." + ".".join(["a"] * 1500) + "]\n",
+}
+
+
+@pytest.mark.parametrize("text", DEEP.values(), ids=list(DEEP))
+def test_a_config_nested_hundreds_deep_is_one_line_not_a_traceback(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text + MINIMAL)
+    res = subprocess.run([sys.executable, "-m", "specconsole", "status", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr[-300:]
+    assert res.stdout == ""
+    assert res.stderr.splitlines() == [f"specconsole: {path}: tables or arrays nested too deeply to read "
+                                       "(hundreds of levels) (fix: flatten the file: these files nest a few "
+                                       "levels at most)"]
+
+
+OPERANDS = {
+    "hosts[0] (gpu1).training.log_path": ("log_path", "path"),
+    "hosts[0] (gpu1).training.checkpoint_dir": ("checkpoint_dir", "path"),
+    "hosts[0] (gpu1).training.kill.pid_file": ("kill.pid_file", "path"),
+    "hosts[0] (gpu1).training.kill.systemd_unit": ("kill.systemd_unit", "unit"),
+    "hosts[0] (gpu1).sglang.unit": ("sglang.unit", "unit"),
+    "hosts[0] (gpu1).sglang.draft_model_path": ("sglang.draft_model_path", "path"),
+}
+
+
+@pytest.mark.parametrize("key", OPERANDS)
+def test_a_unit_or_remote_path_beginning_with_a_dash_is_refused(key: str) -> None:
+    """``systemctl cat -Hroot@host`` and ``tail -F --pid=1`` read such a value as an option."""
+    field, kind = OPERANDS[key]
+    host: dict[str, object] = {"name": "gpu1", "role": "both", "training": {"log_path": "/x/train.jsonl"},
+                               "sglang": {"base_url": "http://127.0.0.1:30000"}}
+    table, _, name = field.rpartition(".")
+    target = host["training"] if table in ("", "kill") else host["sglang"]
+    assert isinstance(target, dict)
+    if table == "kill":
+        target = target.setdefault("kill", {})
+    target[name] = "-Hroot@evil" if kind == "unit" else "--pid=1"
+    with pytest.raises(ConfigError) as err:
+        parse_config({"hosts": [host]}, "c.toml")
+    assert err.value.key == key
+    fix = 'use the unit\'s name, e.g. "sglang.service"' if kind == "unit" else \
+        'write it as an absolute path, or "./-name"'
+    assert str(err.value) == (f"c.toml: {key}: must be a {kind}{' name' if kind == 'unit' else ''} not beginning "
+                              f"with '-' (a command on the host would read it as an option), got "
+                              f"{target[name]!r} (fix: {fix})")
+    target[name] = "./-odd" if kind == "path" else "x-y.service"  # a dash inside is fine
+    parse_config({"hosts": [host]}, "c.toml")

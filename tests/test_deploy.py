@@ -111,8 +111,8 @@ async def test_nextn_to_dflash_window_16(serve_lab: Lab) -> None:
                  "start the agent", "daemon-reload", "wait for health"):
         assert any(name in s or e.step == name for s in steps_seen for e in events), name
     commands = [e.command for e in events if e.kind == "command"]
-    assert "systemctl cat sglang.service" in commands
-    assert "systemctl restart sglang.service" in commands
+    assert "systemctl cat -- sglang.service" in commands
+    assert "systemctl restart -- sglang.service" in commands
     assert any(c and c.endswith("/bin/sglang serve --help") for c in commands)
     results = [e for e in events if e.kind == "result"]
     assert results and all(r.took_s is not None and r.message.startswith("exit ") for r in results)
@@ -128,6 +128,9 @@ async def test_nextn_to_dflash_window_16(serve_lab: Lab) -> None:
         (DeployRequest(algorithm="DFLASH", draft_window=0), "must be positive"),
         (DeployRequest(algorithm="DFLASH", draft_window=-4), "must be positive"),
         (DeployRequest(algorithm="DFLASH", draft_window="sixteen"), "must be a whole number"),
+        (DeployRequest(algorithm="DFLASH", draft_window="99999999999999999999"),
+         "the draft window must be <= 1048576, got 99999999999999999999 (SGLang's "
+         "--speculative-draft-window-size is a C int)"),
         (DeployRequest(algorithm="DFLASH", draft_window=16, draft_model="/nonexistent/draft"),
          "has no config.json"),
     ],
@@ -217,7 +220,7 @@ async def test_dropped_connection_mid_deploy_ends_in_a_good_state(serve_lab: Lab
 
     def on_event(e: StepEvent) -> None:
         events.append(e)
-        if e.command == "systemctl restart sglang.service":
+        if e.command == "systemctl restart -- sglang.service":
             restarting.set()
 
     host, cfg = await connect(serve_lab)

@@ -112,7 +112,7 @@ DROP_AT = {
     # the host's own agent start kills the session: the agent runs, its exit status is lost
     "start-result-lost": None,
     # the agent's restart (relayed from the host): the follow stream drops
-    "following": lambda e: e.command == "systemctl restart sglang.service",
+    "following": lambda e: e.command == "systemctl restart -- sglang.service",
 }
 
 
@@ -177,7 +177,7 @@ async def test_slow_restart_is_never_silent_for_a_second(slow_restart_lab: Lab) 
     outcome = await _deploy(slow_restart_lab, 16, events.append, health_timeout_s=120)
     lines = "\n".join(f"{e.at:.2f} {e.line()}" for e in events)
     assert outcome.outcome == "deployed", lines
-    restart = next(e for e in events if e.kind == "result" and e.command == "systemctl restart sglang.service")
+    restart = next(e for e in events if e.kind == "result" and e.command == "systemctl restart -- sglang.service")
     assert restart.took_s is not None and restart.took_s >= SLOW_STOP_S, "the lab's restart was not slow"
     # the restart streamed the journal and heartbeats naming it and what was last seen
     during = [e for e in events if e.step == "restart"]
@@ -185,7 +185,7 @@ async def test_slow_restart_is_never_silent_for_a_second(slow_restart_lab: Lab) 
     beats = [e for e in during if e.kind == "heartbeat"]
     # every heartbeat names the command; once the journal said something, they quote it (the
     # first one may come before the journal's first line under load)
-    assert beats and all("systemctl restart sglang.service" in b.message for b in beats)
+    assert beats and all("systemctl restart -- sglang.service" in b.message for b in beats)
     assert any("journal:" in b.message for b in beats), lines
     worst, at = max(_gaps(events), key=lambda g: g[0])
     assert worst <= 1.0, f"{worst:.2f}s without an event before: {at.line()}\n{lines}"

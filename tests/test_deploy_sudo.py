@@ -145,7 +145,7 @@ async def test_deploy_as_a_non_root_user_through_sudo(sudo_lab: tuple[Lab, str],
         await host.close()
     lines = "\n".join(e.line() for e in events)
     assert any(f"setsid nohup sudo -n {python} agent.py" in (e.command or "") for e in events), lines
-    assert "systemctl restart sglang.service" in [e.command for e in events if e.kind == "command"], lines
+    assert "systemctl restart -- sglang.service" in [e.command for e in events if e.kind == "command"], lines
     # the unit changed, written by root; the service restarted and is healthy with the new flags
     dropin = lab.unit_path.parent / "sglang.service.d" / "zz-specconsole-deploy.conf"
     assert "--speculative-draft-window-size 16" in dropin.read_text()

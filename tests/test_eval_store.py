@@ -186,3 +186,9 @@ def test_shipped_baselines_load_and_are_labelled() -> None:
         assert {t.task for t in run.tasks} == {"humaneval", "mbpp", "livecodebench"}
     ddtree = load_run_file(REPO / "configs" / "baselines" / "ddtree-paper-qwen3-8b-dflash-b16-ddtree.json")
     assert ddtree.average() == pytest.approx((9.67 + 9.07 + 10.28) / 3)
+
+
+def test_a_results_file_nested_hundreds_deep_is_refused_in_one_line(tmp_path: Path) -> None:
+    deep = _write(tmp_path / "deep.json", '{"schema": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(ResultFileError, match=r"deep\.json: tables or arrays nested too deeply to read"):
+        load_run_file(deep)

@@ -284,3 +284,49 @@ def test_cli_refuses_without_tty_or_yes(job_lab: Lab) -> None:
     assert res.returncode == 1
     assert "pass --yes" in res.stderr and "Traceback" not in res.stderr
     assert alive(job_lab.state.trainer_pid or 0)
+
+
+async def test_the_systemd_unit_goes_to_systemctl_after_double_dash(lab_hosts: Lab) -> None:
+    """A unit name is an operand: ``systemctl show ... -- UNIT`` (a name beginning with "-" is
+    refused by the config as well), and the host's systemctl takes that form."""
+    cfg = load_config(lab_hosts.config_path).host("train")
+    assert cfg.training is not None
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, kill=dataclasses.replace(
+        cfg.training.kill, pid_file=None, pattern=None, systemd_unit="trainer.service")))
+    host = SshHost(cfg)
+    await host.start()
+    assert await host.wait_connected(15)
+    events: list[StepEvent] = []
+    try:
+        plan = await find_job(host, cfg, Steps("kill-training", events.append, host="train"))
+    finally:
+        await host.close()
+    shows = [e for e in events if e.command and e.command.startswith("systemctl show")]
+    assert [e.command for e in shows if e.kind == "command"] == [
+        "systemctl show -p MainPID --value -- trainer.service"]
+    assert any(e.kind == "result" and e.message.startswith("exit 0") for e in shows), [e.line() for e in shows]
+    assert plan.empty and plan.note == "unit trainer.service has no running MainPID"
+
+
+def test_a_stale_pid_file_is_not_bypassed_by_the_pattern_while_the_job_runs(job_lab: Lab, tmp_path: Path) -> None:
+    """The first method set wins: the pid file names a dead pid, the pattern would find the running
+    job; the kill refuses in one line naming the pid file and what the pattern found, and kills nothing."""
+    stale = tmp_path / "trainer.pid"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale.write_text(f"{dead.pid}\n")
+    config = tmp_path / "config.toml"
+    text = job_lab.config_path.read_text()
+    config.write_text(text.replace(f'pid_file = "{job_lab.trainer_pid_file}"', f'pid_file = "{stale}"'))
+    assert config.read_text() != text
+    res = subprocess.run([sys.executable, "-m", "specconsole", "kill-training", "--config", str(config), "--yes"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    launcher = job_lab.state.trainer_pid
+    refusal = [line for line in res.stdout.splitlines() if line.startswith("refusing to kill on train: ")]
+    assert refusal == [f"refusing to kill on train: pid file {stale} names pid {dead.pid}, which is not running, "
+                       f"but pattern {load_config(config).host('train').training.kill.pattern!r} "  # type: ignore[union-attr]
+                       f"matches pid(s) {launcher}; not killing them: pid_file comes first in training.kill (fix: "
+                       f"correct training.kill.pid_file, or remove it to kill by pattern)"]
+    assert "$ kill" not in res.stdout
+    assert alive(launcher or 0) and all(alive(p) for p in children(launcher or 0))

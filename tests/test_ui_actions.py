@@ -115,7 +115,7 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         assert "--speculative-algorithm  NEXTN → DFLASH" in app.screen.body_text  # type: ignore[attr-defined]
         await pilot.press("tab", "enter")
         await wait_for(lambda: has(events, "deployed: "), 120, what="the deploy to finish", pilot=pilot)
-        assert has(events, "$ systemctl restart sglang.service") and has(events, "smoke:")
+        assert has(events, "$ systemctl restart -- sglang.service") and has(events, "smoke:")
         info = server_info(action_lab)
         assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_window_size"] == 16
         await wait_for(lambda: (s := statuses()["serve"].sglang) is not None and s.value.info is not None
@@ -150,4 +150,4 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         assert server_info(action_lab)["speculative_draft_window_size"] == 16
         await pilot.press("escape")
     audit = (tmp_path / "audit.log").read_text()
-    assert "kill -TERM" in audit and "systemctl restart sglang.service" in audit
+    assert "kill -TERM" in audit and "systemctl restart -- sglang.service" in audit

@@ -12,11 +12,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from specconsole import __version__, gc_tuning, paths
+from specconsole.config import GraceSeconds
 from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
+from specconsole.validation import num, option_type
+from specconsole.values import SPEC_INT_MAX, printable
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
     from specconsole.hosts import Host
     from specconsole.monitor import Fleet
 
-from specconsole.actions.steps import Steps
+from specconsole.actions.steps import Steps, require_audit
 
 
 def resolve_config_path(given: str | None) -> str:
@@ -80,7 +83,13 @@ async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
 def _stderr(line: str) -> None:
     """One line on stderr without Python's buffers (safe from any thread, at any moment)."""
     with contextlib.suppress(OSError):
-        os.write(2, (line + "\n").encode())
+        os.write(2, (printable(line) + "\n").encode())
+
+
+def _say(line: str) -> None:
+    """One line on stdout; what hosts said in it (process names, errors) is shown, never obeyed
+    (an ESC or a U+202E from a host prints as ``\\x1b``, ``\\u202e``)."""
+    print(printable(line), flush=True)
 
 
 # ------------------------------------------------------------------------------ actions
@@ -103,11 +112,21 @@ def _refuse_if_read_only(args: argparse.Namespace, config: Config, action_id: st
                           f"(drop --read-only / set read_only = false to change hosts)")
 
 
+def _audit_log(config: Config, command: str, allow_unaudited: bool) -> EventLog:
+    """The audit log a destructive command writes; refused (exit 3) before any connection when it
+    cannot be written, unless ``--no-audit`` (then it says that it acts without a record)."""
+    events = EventLog(config.console.audit_log)
+    problem = require_audit(events, command, allow_unaudited=allow_unaudited)
+    if problem is not None:
+        _stderr(f"specconsole: {command}: {problem}; going on without a record (--no-audit)")
+    return events
+
+
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
     """Print each step event as it happens and append it to the audit log."""
     from specconsole.actions.steps import audit
 
-    return audit(events, also=lambda event: print(event.line(), flush=True))
+    return audit(events, also=lambda event: _say(event.line()))
 
 
 async def _connected_host(config: Config, name: str | None, role: str, steps: Steps) -> tuple[HostConfig, Host]:
@@ -150,13 +169,13 @@ async def _kill_training(args: argparse.Namespace) -> int:
 
     config = load_config(resolve_config_path(args.config))
     _refuse_if_read_only(args, config, "kill_training", "kill-training")
-    events = EventLog(config.console.audit_log)
+    events = _audit_log(config, "kill-training", args.no_audit)
     steps = Steps("kill-training", _step_printer(events))
     cfg, host = await _connected_host(config, args.host, "train", steps)
     try:
         plan = await find_job(host, cfg, steps)
         for line in plan.describe():
-            print(line, flush=True)
+            _say(line)
         if plan.empty:
             (steps.failed if plan.refused else steps.done)(plan.describe()[0])
             return 1 if plan.refused else 0
@@ -164,6 +183,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
             steps.done("cancelled by the operator; nothing was changed")
             return 0
         assert cfg.training is not None
+        require_audit(events, "kill-training", allow_unaudited=args.no_audit)  # its writes failed meanwhile?
         grace = args.grace if args.grace is not None else cfg.training.kill.grace_s
         outcome = await kill_job(host, plan, steps, grace_s=grace)
         return outcome.exit_code
@@ -176,9 +196,9 @@ async def _deploy(args: argparse.Namespace) -> int:
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
-    if not args.dry_run:  # a dry run changes nothing, so read-only allows it
+    if not args.dry_run:  # a dry run changes nothing, so read-only allows it (and needs no audit record)
         _refuse_if_read_only(args, config, "deploy", "deploy")
-    events = EventLog(config.console.audit_log)
+    events = EventLog(config.console.audit_log) if args.dry_run else _audit_log(config, "deploy", args.no_audit)
     steps = Steps("deploy", _step_printer(events))
     request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
                             draft_model=args.draft_model, tree_budget=args.tree_budget,
@@ -188,7 +208,7 @@ async def _deploy(args: argparse.Namespace) -> int:
     try:
         plan = await preflight(host, cfg, request, steps)
         for line in plan.describe():
-            print(line, flush=True)
+            _say(line)
         if not plan.changes:
             steps.done("the unit already has these settings; nothing to deploy")
             return 0
@@ -198,6 +218,7 @@ async def _deploy(args: argparse.Namespace) -> int:
         if not _confirm(f"Deploy to {cfg.name} and restart {plan.unit.name}?", args.yes):
             steps.done("cancelled by the operator; nothing was changed")
             return 0
+        require_audit(events, "deploy", allow_unaudited=args.no_audit)  # its writes failed meanwhile?
         outcome = await execute(host, plan, steps, operator=_operator())
         return outcome.exit_code
     finally:
@@ -222,7 +243,8 @@ def _console(args: argparse.Namespace) -> int:
     from specconsole.ui.app import run_console
 
     config = load_config(resolve_config_path(args.config))
-    return run_console(config, read_only=args.read_only, theme=args.theme, leave_process=True)
+    return run_console(config, read_only=args.read_only, theme=args.theme, no_audit=args.no_audit,
+                       leave_process=True)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -236,6 +258,19 @@ def _eval(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- main
 
+# Every number on the command line is declared like a config key and checked by the same code
+# (validation.option_type): finite, in range, whole where it must be, one line naming the option.
+#: SGLang's speculative ints (draft window, block size, tree budget): 1 .. 2**20 (values.SPEC_INT_MAX)
+SpecInt = Annotated[int, num(ge=1, le=SPEC_INT_MAX, why="SGLang takes a positive C int; no drafter drafts "
+                             "a million tokens", example=16)]
+#: at most a day: a server that takes longer to load is not coming up
+HealthTimeout = Annotated[float, num(gt=0, le=86400, why="seconds the restarted server has to answer /health "
+                                     "before the rollback", example=600)]
+StatusInterval = Annotated[float, num(gt=0, why="it is the time between two snapshots", example=1)]
+StatusTimeout = Annotated[float, num(ge=0, why="seconds to wait for the first snapshot; 0: print at once",
+                                     example=15)]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specconsole", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"specconsole {__version__}")
@@ -243,21 +278,27 @@ def build_parser() -> argparse.ArgumentParser:
                    f"else {paths.default_config_file()}")
     p.add_argument("--read-only", action="store_true", help="console: remove every destructive binding")
     p.add_argument("--theme", help="console: theme name (shipped, or from <config dir>/themes/; t cycles them)")
+    p.add_argument("--no-audit", action="store_true",
+                   help="console: allow kill and deploy when the audit log cannot be written (default: refused)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     st = sub.add_parser("status", help="print one snapshot of every host and exit (1 if a host is unreachable)")
     st.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("--watch", action="store_true", help="keep printing snapshots")
-    st.add_argument("--interval", type=float, default=1.0, help="seconds between --watch snapshots")
-    st.add_argument("--timeout", type=float, default=15.0,
+    st.add_argument("--interval", type=option_type(StatusInterval, "--interval"), default=1.0,
+                    help="seconds between --watch snapshots")
+    st.add_argument("--timeout", type=option_type(StatusTimeout, "--timeout"), default=15.0,
                     help="seconds to wait for the first complete snapshot (default 15)")
 
     kt = sub.add_parser("kill-training", help="stop the training job: SIGTERM, wait, SIGKILL, verify GPUs released")
     kt.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     kt.add_argument("--host", help="training host name (default: the only one)")
     kt.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    kt.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config, 30)")
+    kt.add_argument("--grace", type=option_type(GraceSeconds, "--grace"),
+                    help="seconds between SIGTERM and SIGKILL (default: config, 30)")
+    kt.add_argument("--no-audit", action="store_true", default=argparse.SUPPRESS,
+                    help="act even when the audit log cannot be written (default: refuse, exit 3)")
     kt.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3): read-only mode changes no host")
 
@@ -267,19 +308,25 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--host", help="serving host name (default: the only one)")
     dp.add_argument("--algorithm", help="speculative algorithm the host's SGLang offers, e.g. DFLASH, DDTREE or "
                                         "NEXTN (default: keep)")
-    dp.add_argument("--draft-window", metavar="N", help="DFLASH/DDTREE draft window (>= block size)")
-    dp.add_argument("--block-size", metavar="N", help="DFLASH/DDTREE block size = draft tokens per step "
-                                                      "(--speculative-num-draft-tokens; default: the draft model's)")
-    dp.add_argument("--tree-budget", metavar="N", help="DDTREE tree budget (--speculative-ddtree-budget, >= 1; "
-                                                       "default block size - 1: a chain; larger: a tree)")
+    dp.add_argument("--draft-window", metavar="N", type=option_type(SpecInt, "--draft-window"),
+                    help=f"DFLASH/DDTREE draft window (>= block size, <= {SPEC_INT_MAX})")
+    dp.add_argument("--block-size", metavar="N", type=option_type(SpecInt, "--block-size"),
+                    help="DFLASH/DDTREE block size = draft tokens per step "
+                         "(--speculative-num-draft-tokens; default: the draft model's)")
+    dp.add_argument("--tree-budget", metavar="N", type=option_type(SpecInt, "--tree-budget"),
+                    help="DDTREE tree budget (--speculative-ddtree-budget, >= 1; "
+                         "default block size - 1: a chain; larger: a tree)")
     dp.add_argument("--attention-backend", metavar="NAME", help="SGLang's --attention-backend (DDTREE with a "
                                                                 "budget > block size - 1 needs triton; default: keep)")
     dp.add_argument("--draft-model", metavar="PATH", help="draft model path on the host (default: config)")
-    dp.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health (600)")
+    dp.add_argument("--health-timeout", type=option_type(HealthTimeout, "--health-timeout"), default=600.0,
+                    help="seconds to wait for /health (600, at most a day)")
     dp.add_argument("--dry-run", action="store_true", help="preflight and plan only; change nothing")
     dp.add_argument("--rebase", action="store_true",
                     help="build ExecStart from the current base unit (after it changed under the drop-in)")
     dp.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    dp.add_argument("--no-audit", action="store_true", default=argparse.SUPPRESS,
+                    help="act even when the audit log cannot be written (default: refuse, exit 3)")
     dp.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3) unless --dry-run: read-only mode changes no host")
 
@@ -294,7 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SpecConsoleError as err:  # a number the command cannot use (validation.option_type)
+        _stderr(f"specconsole: {err}")
+        return err.exit_code
     gc_tuning.tune()
     if not hasattr(args, "config"):
         args.config = None
@@ -313,10 +364,10 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_deploy(args))
         return _console(args)
     except SpecConsoleError as err:
-        print(f"specconsole: {err}", file=sys.stderr)
+        _stderr(f"specconsole: {err}")
         return err.exit_code
     except TimeoutError as err:  # a remote command that did not finish: its message names it
-        print(f"specconsole: {err}", file=sys.stderr)
+        _stderr(f"specconsole: {err}")
         return 1
     except KeyboardInterrupt:
         print("specconsole: interrupted", file=sys.stderr)

@@ -17,7 +17,8 @@ import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
-from specconsole.validation import Invalid, Text, convert, named_items, num, text
+from specconsole.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
+from specconsole.values import escape_char, printable, unsafe_char
 
 Role = Literal["train", "serve", "both"]
 GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]
@@ -36,6 +37,15 @@ SGLANG_HEALTH: tuple[str, ...] = get_args(SglangHealth)
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 
 DEFAULT_CONFIG_ENV = "SPECCONSOLE_CONFIG"
+
+
+_OPTION_WHY = "a command on the host would read it as an option"
+#: a systemd unit name given to ``systemctl``/``journalctl`` on the host
+UnitName = Annotated[str, text(NOT_AN_OPTION, f"must be a unit name not beginning with '-' ({_OPTION_WHY})",
+                               'use the unit\'s name, e.g. "sglang.service"', "non-empty, no leading -")]
+#: a path on the host given to ``tail``, ``cat``, ``cd``...
+RemotePath = Annotated[str, text(NOT_AN_OPTION, f"must be a path not beginning with '-' ({_OPTION_WHY})",
+                                 'write it as an absolute path, or "./-name"', "non-empty, no leading -")]
 
 
 def _positive(why: str, example: float | None = None) -> msgspec.Meta:
@@ -61,19 +71,25 @@ class GpuConfig:
     interval_s: Annotated[float, _positive("it is the time between two readings")] = 1.0
 
 
+#: ``training.kill.grace_s`` and ``kill-training --grace``: one declaration, one check
+GraceSeconds = Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once", example=30)]
+
+
 @dataclass(frozen=True)
 class KillConfig:
-    """How to find the training job: the first of pid_file, systemd_unit, pattern that is set."""
+    """How to find the training job: the first of pid_file, systemd_unit, pattern that is set.
+    A kill acts only on what that one finds; a later one finding processes refuses the kill
+    (:func:`specconsole.actions.kill.find_job`)."""
 
-    pid_file: Text | None = None
-    systemd_unit: Text | None = None
+    pid_file: RemotePath | None = None
+    systemd_unit: UnitName | None = None
     pattern: Text | None = None
-    grace_s: Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 0: at once")] = 30.0
+    grace_s: GraceSeconds = 30.0
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    log_path: Text
+    log_path: RemotePath
     format: LogFormat = "auto"
     patterns: tuple[str, ...] = ()
     total_steps: Annotated[int, _positive("the step count the ETA aims at", 33000)] | None = None
@@ -82,14 +98,14 @@ class TrainingConfig:
     tail_lines: Annotated[int, _positive("it is how many past lines are read at start")] = 200
     stall_warning_min: Annotated[float, _positive("0 would flag every job as stalled")] = 10.0
     #: where the run saves checkpoints (default: where the log says it saved, else the log's folder)
-    checkpoint_dir: Text | None = None
+    checkpoint_dir: RemotePath | None = None
     kill: KillConfig = field(default_factory=KillConfig)
 
 
 @dataclass(frozen=True)
 class SglangConfig:
     base_url: Text
-    unit: Text = "sglang.service"
+    unit: UnitName = "sglang.service"
     tunnel: bool = False
     interval_s: Annotated[float, _positive("it is the time between two polls")] = 2.0
     timeout_s: Annotated[float, _positive("0 would fail every request")] = 3.0
@@ -101,7 +117,7 @@ class SglangConfig:
     health: SglangHealth = "plain"
     #: how long ``/health_generate`` may take (a generation waits behind the running batch)
     health_generate_timeout_s: Annotated[float, _positive("0 would fail every check")] = 10.0
-    draft_model_path: Text | None = None
+    draft_model_path: RemotePath | None = None
     api_key: Text | None = None
     source: SglangSource = "auto"
     #: the most ``/metrics`` may answer (read streamed; the rest is never read): a server, or a
@@ -248,6 +264,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(shown, None, "not UTF-8 text", "save the file as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(shown, None, f"invalid TOML: {err}", "correct the syntax at that line") from None
+    except RecursionError:
+        raise ConfigError(shown, None, *TOO_DEEP) from None
     return parse_config(data, shown)
 
 
@@ -265,6 +283,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
     hosts: list[HostConfig] = []
     seen: set[str] = set()
     for i, h in enumerate(file.hosts):
+        _check_shown(r, named_items(data, ("hosts", i)), h)
         own_ssh = hosts_raw[i].get("ssh", {})
         # [ssh] is every host's default; what the host's own [hosts.ssh] sets wins
         ssh = replace(file.ssh, **{k: getattr(h.ssh, k) for k in own_ssh})
@@ -275,6 +294,17 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         seen.add(h.name)
     return Config(path=path, hosts=tuple(hosts), console=file.console, keys=dict(file.keys),
                   prometheus=file.prometheus)
+
+
+def _check_shown(r: _Reader, prefix: str, host: HostConfig) -> None:
+    """A host's name and address are printed and drawn everywhere: one holding a control or
+    bidirectional character (ESC, newline, NUL, U+202E) would print as something else."""
+    for key, value in (("name", host.name), ("host", host.host), ("user", host.user)):
+        bad = unsafe_char(value) if value else None
+        if value and bad:
+            raise r.fail(f"{prefix}.{key}", f"holds the control character {escape_char(bad)} in "
+                         f"'{printable(value)}' (it would print as something else)",
+                         "use letters, digits, '-', '_' and '.', e.g. gpu1")
 
 
 def _check_prometheus_use(r: _Reader, host: HostConfig, prefix: str,

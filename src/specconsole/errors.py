@@ -20,6 +20,13 @@ class ConfigError(SpecConsoleError):
         super().__init__(f"{where}: {problem} (fix: {fix})")
 
 
+class UsageError(SpecConsoleError):
+    """A command-line value the command cannot use (``--grace nan``): refused before any host is
+    contacted. The message names the option and the fix."""
+
+    exit_code = 2
+
+
 class HostError(SpecConsoleError):
     """A host cannot be reached or refused us; the message names the host."""
 

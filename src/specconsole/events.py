@@ -7,6 +7,7 @@ one JSON line to the audit file (created on first write, never rewritten).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -60,11 +61,33 @@ class EventLog:
         self._audit(event)
         return event
 
+    def check_audit(self) -> str | None:
+        """Whether the audit file can be written: ``None`` when it can (it is created, empty, if
+        missing), else the one-line problem. An action that changes a host asks this first and
+        refuses when there would be no record of it (unless the operator said ``--no-audit``).
+        A log made without an audit file (a test's, a library user's) has nothing to check."""
+        if self.audit_path is None:
+            return None
+        try:
+            self._make_folder()
+            with self.audit_path.open("a", encoding="utf-8"):
+                pass
+        except OSError as err:
+            return f"audit log {self.audit_path} is not writable ({err.strerror or err})"
+        return self.audit_error
+
+    def _make_folder(self) -> None:
+        """The audit file's folder; a file in its place is left for the open to name ("Not a
+        directory"), not reported as mkdir's "File exists"."""
+        assert self.audit_path is not None
+        with contextlib.suppress(FileExistsError):
+            self.audit_path.parent.mkdir(parents=True, exist_ok=True)
+
     def _audit(self, event: Event) -> None:
         if self.audit_path is None:
             return
         try:
-            self.audit_path.parent.mkdir(parents=True, exist_ok=True)
+            self._make_folder()
             with self.audit_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(asdict(event), default=str) + "\n")
         except OSError as err:

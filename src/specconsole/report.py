@@ -17,6 +17,7 @@ from specconsole.samples import Sample, format_age, format_bytes
 from specconsole.sources.gpu import GpuSnapshot
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.sources.training import TrainingProgress
+from specconsole.values import printable
 
 
 def jsonable(value: Any) -> Any:
@@ -103,7 +104,7 @@ def status_text(statuses: list[HostStatus], now: float | None = None) -> str:
         for kind in s.expected:
             if present.get(kind) is None:
                 out.append(f"   {kind}: no data yet")
-    return "\n".join(out)
+    return "\n".join(printable(line) for line in out)  # what hosts say cannot move the cursor
 
 
 def _gpu_lines(sample: Sample[GpuSnapshot], now: float) -> list[str]:

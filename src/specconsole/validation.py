@@ -20,6 +20,8 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from msgspec import inspect as mi
 
+from specconsole.values import printable
+
 S = TypeVar("S")
 
 #: A string that must hold something other than spaces.
@@ -48,9 +50,54 @@ def num(*, gt: float | None = None, ge: float | None = None, le: float | None = 
     return msgspec.Meta(ge=ge, le=le, extra=extra)
 
 
-def text(pattern: str, problem: str, fix: str) -> msgspec.Meta:
-    """A string matching ``pattern``; otherwise ``problem`` (``must be a simple name``) and ``fix``."""
-    return msgspec.Meta(pattern=pattern, extra={"problem": problem, "fix": fix})
+def text(pattern: str, problem: str, fix: str, allowed: str = "") -> msgspec.Meta:
+    """A string matching ``pattern``; otherwise ``problem`` (``must be a simple name``) and ``fix``;
+    ``allowed`` is what the config reference's "allowed" column says."""
+    return msgspec.Meta(pattern=pattern, extra={"problem": problem, "fix": fix, "allowed": allowed})
+
+
+#: Not empty and not beginning with "-": a word a command on the host receives as an operand (a
+#: unit name, a path), which it would otherwise read as an option (``systemctl cat -Hroot@x``).
+#: The commands also put it after ``--``; the config refuses it to begin with.
+NOT_AN_OPTION = r"^(?!-)[\s\S]*\S"
+
+
+def option_type(tp: Any, option: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reads a command-line number as the config reads a key declared
+    ``tp`` (e.g. ``Annotated[float, num(ge=0, ...)]``): the same checks (finite, in range, whole)
+    and the same one-line wording, keyed by ``option``. A bad value raises
+    :class:`~specconsole.errors.UsageError` (exit 2, one line) out of ``parse_args``: it is not a
+    ``ValueError`` on purpose, so argparse does not turn it into its usage text."""
+    from specconsole.errors import UsageError
+
+    def read(raw: str) -> Any:
+        try:
+            return option_value(raw, tp, option)
+        except Invalid as err:
+            raise UsageError(str(err)) from None
+
+    read.__name__ = option  # argparse names the type in its own messages
+    return read
+
+
+def option_value(raw: str, tp: Any, option: str) -> Any:
+    """``raw`` (a command-line word) as a value of ``tp``; raises :class:`Invalid` keyed ``option``."""
+    value: object = raw
+    for parse in (int, float):
+        try:
+            value = parse(raw)
+            break
+        except ValueError:
+            continue
+    cls = msgspec.defstruct("Option", [("value", tp)], forbid_unknown_fields=True)
+    return getattr(convert({"value": value}, cls, label=lambda _data, _path: option), "value")  # noqa: B009
+
+
+#: ``(problem, fix)`` for a file whose tables or arrays nest deeper than the parser can follow
+#: (500 ``[`` in a row: Python's recursion limit): refused in one line at every file's load
+#: (config, eval suite, results file, theme), never a RecursionError traceback.
+TOO_DEEP = ("tables or arrays nested too deeply to read (hundreds of levels)",
+            "flatten the file: these files nest a few levels at most")
 
 
 class Invalid(Exception):
@@ -72,6 +119,13 @@ def convert(data: object, cls: type[S], *, label: Callable[[object, Path], str] 
     ``top`` is what an unknown key at the top is called; ``json``: the fixes are written in JSON,
     and a whole number written as ``3.0`` counts as an integer (other tools write them so).
     """
+    try:
+        return _convert(data, cls, label, top, json)
+    except RecursionError:
+        raise Invalid(None, *TOO_DEEP) from None
+
+
+def _convert(data: object, cls: type[S], label: Callable[[object, Path], str] | None, top: str, json: bool) -> S:
     name = label or dotted
     if json:
         data = _whole_floats(data, mi.type_info(cls))
@@ -106,7 +160,7 @@ def named_items(data: object, path: Path) -> str:
         if isinstance(seg, int):
             out += f"[{seg}]"
             if isinstance(node, dict) and isinstance(node.get("name"), str) and node["name"]:
-                out += f" ({node['name']})"
+                out += f" ({printable(node['name'])})"
         else:
             out += f".{seg}" if out else seg
     return out
@@ -337,6 +391,11 @@ def explain(value: object, info: _Field, key: str) -> tuple[str, str]:
     return f"invalid value {value!r}", "see the documentation for this file"
 
 
+def _bound(b: float) -> str:
+    """A range's bound as written: ``1048576``, not ``1.04858e+06``."""
+    return str(int(b)) if float(b).is_integer() and abs(b) < 1e15 else f"{b:g}"
+
+
 def _explain_number(value: object, s: mi.IntType | mi.FloatType, meta: Mapping[str, Any],
                     example: str) -> tuple[str, str]:
     integer = isinstance(s, mi.IntType)
@@ -345,7 +404,7 @@ def _explain_number(value: object, s: mi.IntType | mi.FloatType, meta: Mapping[s
     if integer and not isinstance(value, int):
         return f"must be an integer, got {value!r}", f"use a whole number, {example}"
     gt, ge, le = s.gt, s.ge, s.le
-    allowed = " and ".join(f"{op} {b:g}" for op, b in ((">", gt), (">=", ge), ("<=", le)) if b is not None)
+    allowed = " and ".join(f"{op} {_bound(b)}" for op, b in ((">", gt), (">=", ge), ("<=", le)) if b is not None)
     what = meta.get("what")
     problem = (f"not {what}: {value!r}" if what else meta.get("problem") or
                ("must be positive" if gt == 0 and le is None else f"must be {allowed}"))
@@ -403,7 +462,8 @@ def _allowed(t: mi.Type) -> str:
     if isinstance(s, mi.LiteralType):
         return ", ".join(str(v) for v in s.values)
     if isinstance(s, mi.IntType | mi.FloatType):
-        return " and ".join(f"{op} {b:g}" for op, b in ((">", s.gt), (">=", s.ge), ("<=", s.le)) if b is not None)
+        return " and ".join(f"{op} {_bound(b)}" for op, b in ((">", s.gt), (">=", s.ge), ("<=", s.le))
+                            if b is not None)
     if isinstance(s, mi.StrType) and s.pattern == r"\S":
         return "non-empty"
-    return ""
+    return str(_extra(t).get("allowed") or "")

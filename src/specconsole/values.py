@@ -2,6 +2,41 @@
 
 from __future__ import annotations
 
+import re
+
+#: The largest draft window, block size or tree budget a deploy accepts: 2**20 tokens. SGLang
+#: keeps them as C ints (a larger number overflows, or sizes a tensor no GPU holds); no drafter
+#: comes near a million draft tokens, so anything above is a typo. ``deploy --draft-window``
+#: and the deploy preflight both refuse more.
+SPEC_INT_MAX = 1_048_576
+
+
+#: C0 and C1 control characters (ESC, NUL, newline...) and the bidirectional-text controls
+#: (U+202E RIGHT-TO-LEFT OVERRIDE and its kin): what makes a string print as something else.
+UNSAFE_CHARS = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[{UNSAFE_CHARS}]")
+_UNSAFE_BUT_NEWLINE = re.compile(f"(?!\n)[{UNSAFE_CHARS}]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_char(ch: str) -> str:
+    """``\x1b``, ``\n``, ``\u202e``: a character as a visible escape."""
+    return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """``text`` with its control and bidi characters as visible escapes (``gpu\x1b[31m`` shows as
+    ``gpu\\x1b[31m``): THE helper for every host-provided or config-provided string that is
+    shown on screen or printed. ``newlines``: keep line breaks (a multi-line body)."""
+    unsafe = _UNSAFE_BUT_NEWLINE if newlines else _UNSAFE
+    return unsafe.sub(lambda m: escape_char(m.group()), text) if unsafe.search(text) else text
+
+
+def unsafe_char(text: str) -> str | None:
+    """The first control or bidi character in ``text``, or ``None``."""
+    m = _UNSAFE.search(text)
+    return m.group() if m else None
+
 
 def as_int(value: object) -> int | None:
     """An int from an int, an integral float or a decimal string (``"16"``, ``"+16"``, ``" -1 "``);

@@ -53,6 +53,7 @@ from specconsole.http_body import MIB
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.sglang.rebase import find_drift
 from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, show_word
+from specconsole.values import SPEC_INT_MAX
 
 __all__ = ["BaseUnitChanged", "DeployOutcome", "DeployPlan", "DeployRefused", "DeployRequest", "agent_plan",
            "execute", "follow", "preflight"]
@@ -69,6 +70,8 @@ def _positive_int(raw: str | int | None, what: str, flag: str) -> int | None:
     value = int(text)
     if value <= 0:
         raise DeployRefused(f"{what} must be positive, got {value} (SGLang refuses {flag} <= 0)")
+    if value > SPEC_INT_MAX:
+        raise DeployRefused(f"{what} must be <= {SPEC_INT_MAX}, got {value} (SGLang's {flag} is a C int)")
     return value
 
 
@@ -96,7 +99,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         check_value(what, raw)
 
     steps.begin("read the unit", f"reading {unit_name}")
-    cat = await steps.run(host, ["systemctl", "cat", unit_name])
+    cat = await steps.run(host, ["systemctl", "cat", "--", unit_name])
     if not cat.ok:
         raise DeployRefused(f"{cfg.name}: `systemctl cat {unit_name}` failed: "
                             f"{(cat.stderr or cat.stdout).strip()[:200]}; check sglang.unit in the config")

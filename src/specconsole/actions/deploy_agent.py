@@ -241,7 +241,7 @@ class Agent:
             self.sh(["systemctl", "daemon-reload"])
             self.begin("restart", f"restarting {p['unit']} (following its journal)")
             with UnitWatch(p["unit"]) as watch:
-                self.sh_watched(["systemctl", "restart", p["unit"]], watch, p.get("restart_timeout_s", 120))
+                self.sh_watched(["systemctl", "restart", "--", p["unit"]], watch, p.get("restart_timeout_s", 120))
                 watch.restarted()
                 self.begin("wait for health")
                 self.wait_healthy(p["health_timeout_s"], watch)
@@ -326,7 +326,7 @@ class Agent:
                 self.emit("info", f"removed {p['dropin_path']}")
             self.sh(["systemctl", "daemon-reload"])
             with UnitWatch(p["unit"]) as watch:
-                self.sh_watched(["systemctl", "restart", p["unit"]], watch, p.get("restart_timeout_s", 120))
+                self.sh_watched(["systemctl", "restart", "--", p["unit"]], watch, p.get("restart_timeout_s", 120))
                 watch.restarted()
                 self.wait_healthy(p.get("rollback_health_timeout_s", p["health_timeout_s"]), watch)
         except Failed as err:

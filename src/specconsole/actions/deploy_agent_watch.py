@@ -135,7 +135,7 @@ class UnitWatch:
     def _show(self) -> tuple[float, dict[str, str]]:
         asked = time.monotonic()
         with contextlib.suppress(Exception):
-            res = subprocess.run(["systemctl", "show", self.unit, *(f"--property={p}" for p in self.PROPS)],
+            res = subprocess.run(["systemctl", "show", *(f"--property={p}" for p in self.PROPS), "--", self.unit],
                                  capture_output=True, text=True, timeout=10)
             return asked, dict(ln.split("=", 1) for ln in res.stdout.splitlines() if "=" in ln)
         return asked, {}

@@ -142,7 +142,7 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> D
     last_msg = "no event yet"
     while True:
         try:
-            async with host.stream(["tail", "-n", "+1", "-F", progress]) as stream:
+            async with host.stream(["tail", "-n", "+1", "-F", "--", progress]) as stream:
                 lines: asyncio.Queue[str | None] = asyncio.Queue()
                 reader = asyncio.create_task(_pump(stream.lines(), lines))
                 try:

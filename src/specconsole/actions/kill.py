@@ -154,6 +154,15 @@ async def find_job(host: Host, cfg: HostConfig, steps: Steps, current_step: int 
     kill: KillConfig = cfg.training.kill
     steps.begin("find the job")
     procs, launchers, found_by, note, refused = await locate(host, kill, steps)
+    first, key = _first_method(kill)
+    if launchers and found_by != first:
+        # the first method set is THE method of a kill: a later one finding processes is a
+        # reason to stop and say so, never to kill what the configured method did not name
+        found_key = "systemd_unit" if found_by.startswith("systemd unit") else "pattern"
+        refused = (f"{note}, but {found_by} matches pid(s) {', '.join(map(str, launchers))}; not killing them: "
+                   f"{key} comes first in training.kill (fix: correct training.kill.{key}, or remove it to kill "
+                   f"by {found_key})")
+        launchers = []
     plan = JobPlan(host=host.name, found_by=found_by, step=current_step, note=note, refused=refused,
                    training=cfg.training)
     plan.launchers = [procs[p] for p in launchers if p in procs and not procs[p].zombie]
@@ -169,6 +178,15 @@ async def find_job(host: Host, cfg: HostConfig, steps: Steps, current_step: int 
     steps.info(f"{len(plan.launchers)} launcher(s), {len(plan.workers)} worker process(es), "
                f"{sum(len(v) for v in plan.gpu_procs.values())} on GPUs")
     return plan
+
+
+def _first_method(kill: KillConfig) -> tuple[str, str]:
+    """The kill's method, as :func:`locate` names what it found by, and its config key."""
+    if kill.pid_file:
+        return f"pid file {kill.pid_file}", "pid_file"
+    if kill.systemd_unit:
+        return f"systemd unit {kill.systemd_unit}", "systemd_unit"
+    return f"pattern {kill.pattern!r}", "pattern"
 
 
 async def locate(host: Host, kill: KillConfig,
@@ -200,22 +218,27 @@ async def _launchers(host: Host, kill: KillConfig, procs: dict[int, Proc],
             note = f"pid file {kill.pid_file} {'is empty or not a pid' if res.ok else 'does not exist'}"
         if not kill.systemd_unit and not kill.pattern:
             return [], f"pid file {kill.pid_file}", note, refused
-        steps.info(note + "; trying the next method")
+        steps.info(note + "; looking with the next method")
+    first_note = note if kill.pid_file else ""
     if kill.systemd_unit:
-        res = await steps.run(host, ["systemctl", "show", "-p", "MainPID", "--value", kill.systemd_unit])
+        res = await steps.run(host, ["systemctl", "show", "-p", "MainPID", "--value", "--", kill.systemd_unit])
         pid = int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 0
         if pid and pid in procs:
-            return [pid], f"systemd unit {kill.systemd_unit}", "", ""
+            return [pid], f"systemd unit {kill.systemd_unit}", first_note, ""
+        note = f"unit {kill.systemd_unit} has no running MainPID"
         if not kill.pattern:
-            return [], f"systemd unit {kill.systemd_unit}", f"unit {kill.systemd_unit} has no running MainPID", refused
+            return [], f"systemd unit {kill.systemd_unit}", first_note or note, refused
+        first_note = first_note or note
+        steps.info(note + "; looking with the next method")
     if not kill.pattern:
         raise KillError("no way to find the job: set training.kill.pid_file, systemd_unit or pattern")
     rx = re.compile(kill.pattern)
     ps_line = shlex.join(PS_ARGV)
     matching = {p.pid for p in procs.values() if rx.search(p.args) and ps_line not in p.args}
     roots = [pid for pid in sorted(matching) if procs[pid].ppid not in matching]
-    return roots, f"pattern {kill.pattern!r}", "" if roots else f"no process matches {kill.pattern!r}", \
-        "" if roots else refused
+    if roots:
+        return roots, f"pattern {kill.pattern!r}", first_note, ""
+    return roots, f"pattern {kill.pattern!r}", first_note or f"no process matches {kill.pattern!r}", refused
 
 
 #: A launcher's command line, when no pattern is configured: torchrun or its module forms.

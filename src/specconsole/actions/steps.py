@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from specconsole.errors import HostUnavailable
+from specconsole.errors import HostUnavailable, SpecConsoleError
 from specconsole.events import EventLog
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command, to_shell
@@ -170,6 +170,24 @@ class Steps:
                 return False
             pause = asyncio.ensure_future(asyncio.sleep(min(every, max(0.05, timeout - waited))))
             await self._beat_while(pause, beat, started)
+
+
+class AuditRefused(SpecConsoleError):
+    """A kill or deploy refused because its audit record cannot be written (fail closed)."""
+
+    exit_code = 3
+
+
+def require_audit(events: EventLog, what: str, *, allow_unaudited: bool) -> str | None:
+    """Before an action changes a host: raise :class:`AuditRefused` when ``events`` cannot write
+    its audit record, unless ``allow_unaudited`` (``--no-audit``); then return the problem (to
+    say that the action runs without a record), else ``None``."""
+    problem = events.check_audit()
+    if problem is None or allow_unaudited:
+        return problem
+    raise AuditRefused(f"{what}: refused: {problem}, so there would be no record of it; nothing on any host "
+                       f"was touched (fix: set console.audit_log to a writable file, or pass --no-audit "
+                       f"to act without a record)")
 
 
 def audit(events: EventLog, also: Emit | None = None) -> Emit:

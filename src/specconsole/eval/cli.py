@@ -25,10 +25,12 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from specconsole.eval.start import start_eval
 from specconsole.eval.store import METRICS, ResultStore, default_results_dir
+from specconsole.eval.suite import Tokens
+from specconsole.validation import num, option_type
 
 if TYPE_CHECKING:
     from specconsole.actions.steps import StepEvent
@@ -48,9 +50,9 @@ def _run_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
     p.add_argument("--label", default=d(None), help="name of this run (default: from the deployment, "
                    "e.g. 'DFLASH b16 w16 (dflash-b16)')")
     p.add_argument("--tasks", default=d(None), metavar="A,B", help="comma-separated task names (default: all)")
-    p.add_argument("--concurrency", type=_positive_int, default=d(1), metavar="N",
+    p.add_argument("--concurrency", type=option_type(Concurrency, "--concurrency"), default=d(1), metavar="N",
                    help="requests in flight at once (default 1: latency is per request alone)")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=d(None), metavar="N",
+    p.add_argument("--max-new-tokens", type=option_type(Tokens, "--max-new-tokens"), default=d(None), metavar="N",
                    help="override the suite's max new tokens for every task")
     p.add_argument("--suite", default=d(None), metavar="FILE",
                    help="benchmark definition (default: the shipped eval-coding.toml)")
@@ -58,7 +60,7 @@ def _run_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
     p.add_argument("--host", default=d(None), metavar="NAME",
                    help="serving host from the config (default: the only one)")
     p.add_argument("--api-key", default=d(None), help="with --url: the server's --api-key")
-    p.add_argument("--timeout", type=float, default=d(300.0), metavar="S",
+    p.add_argument("--timeout", type=option_type(RequestTimeout, "--timeout"), default=d(300.0), metavar="S",
                    help="seconds one request may take before its task is recorded as failed (default 300)")
 
 
@@ -67,14 +69,10 @@ def _results_option(p: argparse.ArgumentParser, *, suppress: bool) -> None:
                    help=f"results folder (default: $SPECCONSOLE_EVAL_RESULTS or {default_results_dir()})")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+#: requests in flight at once
+Concurrency = Annotated[int, num(ge=1, le=4096, why="requests in flight at once", example=1)]
+#: seconds one request may take
+RequestTimeout = Annotated[float, num(gt=0, why="seconds one request may take", example=300)]
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ from specconsole.eval.schema import (
     make_run_id,
     utc_now_iso,
 )
-from specconsole.validation import Invalid, Text, convert, num, text
+from specconsole.validation import TOO_DEEP, Invalid, Text, convert, num, text
 
 # ------------------------------------------------------------------------------ declarations
 
@@ -202,5 +202,7 @@ def load_run_file(path: str | os.PathLike[str]) -> EvalRun:
     except json.JSONDecodeError as err:
         raise ResultFileError(shown, f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})",
                               "correct the JSON at that position") from None
+    except RecursionError:
+        raise ResultFileError(shown, *TOO_DEEP) from None
     run = run_from_json(data, shown)
     return replace(run, path=str(p))

@@ -33,7 +33,7 @@ import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
-from specconsole.validation import Invalid, Table, Text, convert, num, text
+from specconsole.validation import TOO_DEEP, Invalid, Table, Text, convert, num, text
 
 T = TypeVar("T")
 
@@ -155,6 +155,8 @@ def _read_toml(p: Path) -> dict[str, Any]:
         raise ConfigError(shown, None, "not UTF-8 text", "save the file as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(shown, None, f"invalid TOML: {err}", "correct the syntax at that line") from None
+    except RecursionError:
+        raise ConfigError(shown, None, *TOO_DEEP) from None
 
 
 def _load(p: Path, chain: tuple[Path, ...]) -> Suite:

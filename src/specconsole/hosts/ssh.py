@@ -170,6 +170,11 @@ class SshHost(Host):
             return await asyncssh.connect(self.config.host, **{**opts, **shared})
         except asyncssh.HostKeyNotVerifiable:
             raise await self._host_key_error(opts) from None
+        except asyncssh.ConfigParseError as err:  # a ValueError: "FILE line 2: Invalid Port integer value: abc"
+            given = opts.get("config")
+            path, fix = ((given[0], "correct that line, or remove ssh.ssh_config to use ~/.ssh/config") if given
+                         else ("~/.ssh/config", "correct that line"))
+            raise HostUnavailable(f"{self.name}: ssh_config file {path} is invalid ({err}); fix: {fix}") from None
         except FileNotFoundError as err:
             raise self._missing_file_error(err, opts) from None
         except asyncssh.PermissionDenied:

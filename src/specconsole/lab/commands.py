@@ -11,10 +11,14 @@ import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from specconsole import paths
 from specconsole.errors import SpecConsoleError
+from specconsole.validation import num, option_type
+
+#: the simulated SGLang's load time (the lab's deploy tests wait for it)
+StartupSeconds = Annotated[float, num(ge=0, le=3600, why="the simulated SGLang's load time", example=3)]
 
 
 def _say(message: str) -> None:
@@ -28,13 +32,15 @@ def add_lab_parsers(sub: Any) -> None:
     """The ``demo`` and ``lab`` subcommands, on the main parser's subparsers."""
     de = sub.add_parser("demo", help="the whole workflow on this machine: start the lab, open the console on it")
     de.add_argument("--dir", help=f"demo lab folder (default {paths.state_dir() / 'demo'})")
-    de.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
+    de.add_argument("--sglang-startup", type=option_type(StartupSeconds, "--sglang-startup"), default=3.0,
+                    help="simulated SGLang load time, s")
     de.add_argument("--no-console", action="store_true", help="start the lab only and wait (Ctrl-C stops it)")
 
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
     up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
-    up.add_argument("--sglang-startup", type=float, default=3.0, help="simulated SGLang load time, s")
+    up.add_argument("--sglang-startup", type=option_type(StartupSeconds, "--sglang-startup"), default=3.0,
+                    help="simulated SGLang load time, s")
     up.add_argument("--sglang-version", default="0.5.23",
                     help="the serving host's simulated SGLang: 0.5.23, or 0.5.24+ddtree (with DDTree)")
     up.add_argument("--no-trainer", action="store_true", help="do not start the training job")

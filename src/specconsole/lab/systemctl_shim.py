@@ -7,7 +7,8 @@ verb to systemctl3 unchanged:
 
 - ``systemctl cat UNIT``: each file that makes up the unit, the unit file first, then its
   drop-ins in order, each preceded by ``# /path/of/file`` and separated by a blank line;
-- ``systemctl show -p FragmentPath|DropInPaths UNIT`` (and ``--value``), and ``NRestarts``.
+- ``systemctl show -p FragmentPath|DropInPaths UNIT`` (and ``--value``), and ``NRestarts``;
+  ``--value`` with any other property (systemctl3 has no ``--value``: ``show -p MainPID --value``).
 
 docker-systemctl-replacement honours ``Restart=`` only when it runs as the container's init
 (PID 1), which the lab's hosts do not have. So for a unit with ``Restart=on-failure`` (or
@@ -101,6 +102,12 @@ def show(root: Path, args: list[str]) -> int | None:
             if p in ours:
                 print(ours[p] if value_only else f"{p}={ours[p]}")
         return 0
+    if value_only and not (props and set(props) <= {"FragmentPath", "DropInPaths"} and len(units) == 1):
+        # systemctl3 has no --value: systemd's ``show -p MainPID --value UNIT`` prints the value alone
+        res = subprocess.run([systemctl3_of(args), f"--root={root}", "show", *rest], capture_output=True, text=True)
+        print("".join(ln.split("=", 1)[-1] + "\n" for ln in res.stdout.splitlines()), end="")
+        print(res.stderr, end="", file=sys.stderr)
+        return res.returncode
     if not props or not set(props) <= {"FragmentPath", "DropInPaths"} or len(units) != 1:
         return None
     files = unit_files(root, units[0])

@@ -17,10 +17,10 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.markup import escape
 from textual.widgets import Static
 
 from specconsole.actions.steps import StepEvent
+from specconsole.ui.format import escape
 
 #: Step marks: readable without colour.
 MARKS = {"running": "▶", "ok": "✓", "failed": "✗", "warning": "!"}

@@ -99,9 +99,11 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
     def __init__(self, config: Config, *, fleet: StatusProvider | None = None, read_only: bool = False,
                  theme: str | None = None, clock: Callable[[], float] = time.time,
                  themes: LoadedThemes | None = None, handle_signals: bool = False,
-                 start_fleet: bool = True) -> None:
+                 start_fleet: bool = True, no_audit: bool = False) -> None:
         self._config = config
         self._read_only = read_only or config.console.read_only
+        #: ``--no-audit``: kill and deploy may run when the audit log cannot be written
+        self.no_audit = no_audit
         self.clock = clock
         self.loaded_themes = themes if themes is not None else load_themes()
         if fleet is None:
@@ -423,7 +425,8 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
 
 
 def run_console(config: Config, *, read_only: bool, theme: str | None,
-                cleanup: Callable[[], None] | None = None, leave_process: bool = False) -> int:
+                cleanup: Callable[[], None] | None = None, leave_process: bool = False,
+                no_audit: bool = False) -> int:
     """The ``specconsole`` command without a subcommand: run the console until q or a signal.
 
     Leaving takes at most the exit deadline (:mod:`specconsole.shutdown`); a forced exit runs
@@ -441,7 +444,8 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
         print("specconsole: the console needs a terminal; for a headless snapshot use "
               "`specconsole status` (or `status --watch`)", file=sys.stderr)
         return 2
-    app = ConsoleApp(config, read_only=read_only, theme=theme, themes=themes, handle_signals=True)
+    app = ConsoleApp(config, read_only=read_only, theme=theme, themes=themes, handle_signals=True,
+                     no_audit=no_audit)
     guard = app.exit_guard
     assert guard is not None
     guard.cleanup = cleanup

@@ -73,11 +73,13 @@ class LeavingMixin(_AppBase):
         """From the signal handler (any moment, main thread): hand the exit to the loop."""
         self.exit_signal = sig
         if sig == signal.SIGHUP and self.exit_guard is not None:
-            # the terminal is gone: nothing to restore, and the loop may already be stuck writing
-            # to it. The kernel closes our connections as we exit (the hosts' watchdogs end the
-            # streams); our local children are killed first.
-            self.exit_guard.force_exit(f"{signal_name(sig)} received: the terminal is gone; closing every "
-                                       "connection and leaving", restore=False)
+            # the terminal is usually gone, and the loop may already be stuck writing to it: leave
+            # at once. The kernel closes our connections as we exit (the hosts' watchdogs end the
+            # streams); our local children are killed first. The terminal's modes are put back on
+            # the way (best effort, bounded: a dead terminal refuses at once), for a SIGHUP sent
+            # while it lives (``kill -HUP``) must not leave it in the alternate screen, mouse on.
+            self.exit_guard.force_exit(f"{signal_name(sig)} received: the terminal hung up or was told to; "
+                                       "closing every connection and leaving")
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 self._loop.call_soon_threadsafe(

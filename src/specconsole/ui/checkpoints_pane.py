@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Vertical
-from textual.markup import escape
 from textual.widgets import DataTable, Static
 
 from specconsole.samples import format_age
 from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
+from specconsole.ui.format import escape
 
 
 def size_text(size: int | None) -> str:

@@ -18,7 +18,6 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
@@ -30,6 +29,7 @@ from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.samples import Sample
 from specconsole.sources.sglang import SglangSnapshot
+from specconsole.ui.format import escape
 
 #: The window the wizard proposes when the deployment has none: the usual DFlash block size.
 DEFAULT_WINDOW = "16"
@@ -73,7 +73,7 @@ async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list
     if cfg.sglang is None:
         return []
     steps.begin("discover algorithms", f"asking {cfg.name}'s SGLang which algorithms it has")
-    cat = await steps.run(host, ["systemctl", "cat", cfg.sglang.unit])
+    cat = await steps.run(host, ["systemctl", "cat", "--", cfg.sglang.unit])
     if not cat.ok:
         steps.warn(f"`systemctl cat {cfg.sglang.unit}` failed; offering {', '.join(FALLBACK_ALGORITHMS)}")
         return []

@@ -24,7 +24,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.markup import escape
 from textual.message import Message
 from textual.widgets import DataTable, RichLog, SelectionList, Static
 from textual.widgets.selection_list import Selection
@@ -42,6 +41,7 @@ from specconsole.eval.compare import (
     fmt_value,
 )
 from specconsole.eval.store import METRICS, EvalRun, ResultStore, TaskResult
+from specconsole.ui.format import escape
 
 Emit = Callable[[StepEvent], None]
 OnResult = Callable[[TaskResult, int, int], None]

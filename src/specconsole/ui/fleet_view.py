@@ -46,6 +46,7 @@ from specconsole.ui.fleet_rows import (
 )
 from specconsole.ui.panes import View
 from specconsole.ui.text_block import TextBlock
+from specconsole.values import printable
 
 if TYPE_CHECKING:
     from specconsole.ui.app import ConsoleApp
@@ -349,7 +350,7 @@ class FleetView(Vertical):
 
 
 def _escape(text: str) -> str:
-    return text.replace("[", r"\[")
+    return printable(text).replace("[", r"\[")
 
 
 # ------------------------------------------------------------------------------ navigation

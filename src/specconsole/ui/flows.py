@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING
 
 from specconsole.actions.on_demand import connect_on_demand
-from specconsole.actions.steps import Steps, audit
+from specconsole.actions.steps import Steps, audit, require_audit
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import ConnState
 
@@ -44,6 +44,20 @@ def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | No
         app.notify(message, title=f"{what}: cannot start", severity="error", timeout=10)
         return None
     return cfg, host
+
+
+def _audited(app: ConsoleApp, what: str) -> bool:
+    """Whether a kill or deploy may start: its audit record can be written, or the console was
+    started with ``--no-audit`` (fail closed, as the headless commands)."""
+    try:
+        problem = require_audit(app.events, what, allow_unaudited=app.no_audit)
+    except SpecConsoleError as err:
+        app.events.emit(str(err), level="error")
+        app.notify(str(err), title=f"{what}: refused", severity="error", timeout=15)
+        return False
+    if problem is not None:
+        app.events.emit(f"{what}: {problem}; going on without a record (--no-audit)", level="warning")
+    return True
 
 
 def _current_step(app: ConsoleApp, name: str) -> int | None:
@@ -97,7 +111,7 @@ async def kill_training_flow(app: ConsoleApp) -> None:
     """Find the job, show what will be killed (Cancel focused), then stop it step by step."""
     from specconsole.actions.kill import find_job, kill_job
 
-    found = _host(app, "train", "Kill training")
+    found = _host(app, "train", "Kill training") if _audited(app, "Kill training") else None
     if found is None:
         return
     cfg, host = found
@@ -132,7 +146,7 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
     from specconsole.ui.deploy_screen import DeployForm, discover_algorithms, prefill
     from specconsole.ui.plan_screen import PlanScreen
 
-    found = _host(app, "serve", "Deploy")
+    found = _host(app, "serve", "Deploy") if _audited(app, "Deploy") else None
     if found is None:
         return
     cfg, host = found

@@ -15,12 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
+from textual.markup import escape as _markup_escape
 
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age
+from specconsole.values import printable
 
 NA = "n/a"
+
+
+def escape(text: str) -> str:
+    """``text`` for Textual markup, shown as it is: markup escaped, and control and bidi
+    characters from hosts (ESC, NUL, U+202E) as visible escapes (:func:`values.printable`; line
+    breaks stay). THE way a host- or config-provided string reaches the screen."""
+    return _markup_escape(printable(text, newlines=True))
 
 
 @dataclass(frozen=True)
@@ -137,7 +146,8 @@ GPU_COLUMNS: tuple[tuple[str, str], ...] = (
 def _cell(text: str, style: str = "", stale: bool = False, justify: str = "left") -> Text:
     if stale:
         style = "dim"
-    return Text(text, style=style, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+    return Text(printable(text), style=style, justify=justify, no_wrap=True,  # type: ignore[arg-type]
+                overflow="ellipsis")
 
 
 def _level(value: float | None, warn: float, bad: float, p: Palette) -> str:

@@ -18,7 +18,6 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.geometry import Size
-from textual.markup import escape
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
@@ -32,11 +31,13 @@ from specconsole.samples import Sample, format_age, format_bytes
 from specconsole.ui import format as fmt
 from specconsole.ui.checkpoints_pane import CheckpointTable
 from specconsole.ui.fleet_rows import FleetRow, summary_text
+from specconsole.ui.format import escape
 from specconsole.ui.gpu_table import GpuTable
 from specconsole.ui.history import History, tokens_per_s
 from specconsole.ui.serving_facts import deployment_lines
 from specconsole.ui.text_block import TextBlock
 from specconsole.ui.widgets import PlotRow, scroll_bindings
+from specconsole.values import printable
 
 _BADGE_VAR = {"ok": "$success", "warn": "$warning", "bad": "$error", "idle": "$text-muted"}
 
@@ -87,7 +88,7 @@ class HostPane(Vertical):
 
     def compose(self) -> ComposeResult:
         address = ssh_address(self.host) if self.host.connect == "ssh" else (self.host.host or "local")
-        self.border_title = f"{self.host.name} [dim]· {self.host.role}[/]"
+        self.border_title = f"{escape(self.host.name)} [dim]· {self.host.role}[/]"
         self.border_subtitle = escape(address)
         yield TextBlock("… connecting", classes="badge")
         yield TextBlock("", classes="problem")
@@ -195,7 +196,7 @@ class ServingPane(Vertical):
         self.host = host
 
     def compose(self) -> ComposeResult:
-        self.border_title = f"Serving [dim]· {self.host.name}[/]"
+        self.border_title = f"Serving [dim]· {escape(self.host.name)}[/]"
         if self.host.sglang is not None:
             self.border_subtitle = escape(self.host.sglang.unit)
         yield TextBlock("waiting for the first SGLang sample…", classes="body")
@@ -261,7 +262,7 @@ class TrainingPane(Vertical):
         self.host = host
 
     def compose(self) -> ComposeResult:
-        self.border_title = f"Training [dim]· {self.host.name}[/]"
+        self.border_title = f"Training [dim]· {escape(self.host.name)}[/]"
         if self.host.training is not None:
             self.border_subtitle = escape(self.host.training.log_path.rsplit("/", 1)[-1])
         yield TextBlock("waiting for the training log…", classes="body")
@@ -384,7 +385,7 @@ class EventList(ScrollView, can_focus=True):
     def add(self, events: list[Event]) -> None:
         for event in events:
             self.events.append(event)
-            self._lines.append(event.line())
+            self._lines.append(printable(event.line()))  # a host's ESC or U+202E is shown, not obeyed
         self._rewrap()
         if self._follow:  # after the new size is laid out, or the end is not the end yet
             self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)

@@ -8,10 +8,10 @@ scrolls (PageUp/PageDown, arrows, wheel); Cancel is focused.
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.markup import escape
 from textual.widgets import Collapsible, Static
 
 from specconsole.actions.deploy import DeployPlan
+from specconsole.ui.format import escape
 from specconsole.ui.screens import ConfirmScreen
 
 VALUE_WIDTH = 22

@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from specconsole.ui.format import escape
 from specconsole.ui.registry import KeyPlan, key_display
 from specconsole.ui.widgets import scroll_bindings
 

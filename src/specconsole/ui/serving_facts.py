@@ -3,10 +3,9 @@ worker logged at start-up (DDTREE: ``Initialized DDTree worker. block_size=…, 
 
 from __future__ import annotations
 
-from textual.markup import escape
-
 from specconsole.sglang.info import ServerInfo
 from specconsole.ui import format as fmt
+from specconsole.ui.format import escape
 
 
 def deployment_lines(info: ServerInfo, worker: tuple[tuple[str, str], ...] = ()) -> list[str]:

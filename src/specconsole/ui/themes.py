@@ -26,7 +26,7 @@ from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 from specconsole import paths
-from specconsole.validation import Invalid, Table, Text, convert, num, text
+from specconsole.validation import TOO_DEEP, Invalid, Table, Text, convert, num, text
 
 THEMES_ENV = "SPECCONSOLE_THEMES"
 #: The themes shipped in the package.
@@ -120,6 +120,9 @@ def load_themes(dirs: Iterable[Path] | None = None) -> LoadedThemes:
                 continue
             except tomllib.TOMLDecodeError as err:
                 out.warnings.append(f"theme file {path}: invalid TOML ({err}); skipped")
+                continue
+            except RecursionError:
+                out.warnings.append(f"theme file {path}: {TOO_DEEP[0]}; skipped")
                 continue
             except ThemeFileError as err:
                 out.warnings.append(f"theme file {err}; skipped")
