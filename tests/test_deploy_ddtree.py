@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shared_sglang_judge
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.lab.environment import Lab, LabOptions
@@ -25,6 +26,7 @@ DDTREE16 = DeployRequest(algorithm="DDTREE", block_size=16, tree_budget=32, heal
 
 
 def _lab(path: Path, version: str) -> Iterator[Lab]:
+    shared_sglang_judge()
     lab = Lab(path, LabOptions(trainer=False, sglang_startup_s=1.0, sglang_load_rps=0, sglang_version=version))
     lab.up()
     try:

@@ -432,3 +432,18 @@ async def test_metrics_parsed_by_client(sims: dict[str, Sim]) -> None:
         assert "metrics disabled: launch with --enable-metrics" in str(exc.value)
         info = await client.server_info()
         assert info.algorithm is None and info.avg_accept_length is None
+
+
+def test_ddtree_build_refuses_a_full_tree_without_triton_decode(tmp_path: Path) -> None:
+    # the DDTree build: real SGLang 0.5.23 judges it as DFLASH, then the simulated PR #29907 rules
+    draft = make_draft(tmp_path / "d")
+    args = ["--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "DDTREE",
+            "--speculative-draft-model-path", str(draft), "--speculative-ddtree-budget", "32",
+            "--attention-backend", "triton"]
+    res = run_sim([*args, "--decode-attention-backend", "fa3"], SGLANG_SIM_VERSION="0.5.24+ddtree")
+    assert res.returncode == 1
+    assert ("requires the triton attention backend for prefill and decode, got prefill_attention_backend=triton, "
+            "decode_attention_backend=fa3.") in res.stderr
+    res = run_sim([*args, "--speculative-dflash-draft-window-size", "8"], SGLANG_SIM_VERSION="0.5.24+ddtree")
+    assert res.returncode == 1  # the renamed window flag reaches real SGLang's DFLASH rule under its 0.5.23 name
+    assert "--speculative-draft-window-size must be >= --speculative-num-draft-tokens" in res.stderr

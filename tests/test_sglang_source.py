@@ -408,14 +408,21 @@ async def test_health_is_asked_every_health_interval_while_metrics_answer(
     assert error is not None and error.startswith(f"{server.url}/metrics answered 500")
 
 
-async def test_malformed_server_info(tiny: Callable[..., TinyServer]) -> None:
-    server = tiny({"/health": HEALTH_OK,
-                   "/server_info": lambda: (200, "application/json", b"<html>oops")})
-    samples = await collect(SglangSource(local_host(), cfg(server.url)),
-                            lambda s: s.state is ServerState.ERROR)
-    error = samples[-1].value.error
-    assert error is not None and error.startswith(f"{server.url}/server_info answered "
-                                                  "malformed JSON")
+@pytest.mark.parametrize("info", [lambda: (200, "application/json", b"<html>oops"),
+                                  lambda: (500, "application/json", b'{"error": "boom"}')], ids=["malformed", "500"])
+async def test_a_failing_server_info_alone_keeps_the_server_healthy_and_says_why(
+        tiny: Callable[..., TinyServer], info: Route) -> None:
+    # /health and /metrics answer: the server serves; only its details are unknown (the header used
+    # to turn to "error" for the whole server)
+    page = "sglang:gen_throughput{model_name=\"m\"} 123.0\n"
+    server = tiny({"/health": HEALTH_OK, "/server_info": info,
+                   "/metrics": lambda: (200, "text/plain; version=0.0.4", page.encode())})
+    samples = await collect(SglangSource(local_host(), cfg(server.url)), lambda s: s.metrics is not None)
+    last = samples[-1].value
+    assert last.state is ServerState.HEALTHY and last.info is None
+    assert last.metrics is not None and last.metrics.gen_throughput == 123.0
+    assert last.error is not None and last.error.startswith(f"{server.url}/server_info answered ")
+    assert all(s.value.state is not ServerState.ERROR for s in samples)
 
 
 async def test_tokens_per_s_from_counter_rate_and_cached_info(

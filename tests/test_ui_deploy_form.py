@@ -80,3 +80,39 @@ def test_the_form_opens_on_the_running_ddtree_settings() -> None:
     snap = SglangSnapshot(ServerState.HEALTHY, 200, None, info, None, 0.0)
     values = prefill(cfg, Sample(snap, 0.0, 1.0))
     assert values["algorithm"] == "DDTREE" and values["tree_budget"] == "32" and values["draft_model"] == "/m/d"
+
+
+async def test_the_eagle_family_shows_steps_topk_and_draft_tokens_and_ngram_its_draft_tokens() -> None:
+    seen: list[DeployRequest] = []
+
+    async def check(request: DeployRequest) -> DeployPlan:
+        seen.append(request)
+        raise DeployRefused("stop here")
+
+    knobs = ("num_steps", "eagle_topk", "draft_tokens", "draft_window", "block_size", "tree_budget")
+    form = DeployForm(VALUES, check=check)
+    async with FormApp(form).run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert not any(form.query_one(f"#row-{k}").display for k in knobs[:3])  # DFLASH: none of them
+        select = form.query_one("#deploy-algorithm", Select)
+        select.set_options([(a, a) for a in ("NEXTN", "NGRAM", "DFLASH")])
+        select.value = "NEXTN"
+        await pilot.pause()
+        assert [form.query_one(f"#row-{k}").display for k in knobs] == [True, True, True, False, False, False]
+        form.query_one("#deploy-num_steps", Input).value = "5"
+        form.query_one("#deploy-eagle_topk", Input).value = "1"
+        form.query_one("#deploy-draft_tokens", Input).value = "x"
+        await pilot.click("#plan")
+        await pilot.pause(0.2)
+        assert not seen and form.query_one("#error-draft_tokens").display  # checked in place, not sent
+        form.query_one("#deploy-draft_tokens", Input).value = "6"
+        await pilot.click("#plan")
+        await pilot.pause(0.2)
+        assert (seen[-1].algorithm, seen[-1].num_steps, seen[-1].eagle_topk, seen[-1].draft_tokens) == (
+            "NEXTN", "5", "1", "6")
+        select.value = "NGRAM"
+        await pilot.pause()
+        assert [form.query_one(f"#row-{k}").display for k in knobs] == [False, False, True, False, False, False]
+        await pilot.click("#plan")
+        await pilot.pause(0.2)
+        assert seen[-1].algorithm == "NGRAM" and seen[-1].num_steps is None and seen[-1].draft_tokens == "6"

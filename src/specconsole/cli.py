@@ -203,7 +203,8 @@ async def _deploy(args: argparse.Namespace) -> int:
     request = DeployRequest(algorithm=args.algorithm, draft_window=args.draft_window, block_size=args.block_size,
                             draft_model=args.draft_model, tree_budget=args.tree_budget,
                             attention_backend=args.attention_backend, health_timeout_s=args.health_timeout,
-                            rebase=args.rebase)
+                            num_steps=args.num_steps, eagle_topk=args.topk, draft_tokens=args.draft_tokens,
+                            host_check=not args.no_host_check, rebase=args.rebase)
     cfg, host = await _connected_host(config, args.host, "serve", steps)
     try:
         plan = await preflight(host, cfg, request, steps)
@@ -316,8 +317,18 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--tree-budget", metavar="N", type=option_type(SpecInt, "--tree-budget"),
                     help="DDTREE tree budget (--speculative-ddtree-budget, >= 1; "
                          "default block size - 1: a chain; larger: a tree)")
+    dp.add_argument("--num-steps", metavar="N", type=option_type(SpecInt, "--num-steps"),
+                    help="EAGLE/EAGLE3/NEXTN/STANDALONE draft steps (--speculative-num-steps; with --topk and "
+                         "--draft-tokens; all three unset: SGLang chooses them)")
+    dp.add_argument("--topk", metavar="N", type=option_type(SpecInt, "--topk"),
+                    help="EAGLE family: branches per step (--speculative-eagle-topk; needs --num-steps)")
+    dp.add_argument("--draft-tokens", metavar="N", type=option_type(SpecInt, "--draft-tokens"),
+                    help="EAGLE family (needs --num-steps) and NGRAM: --speculative-num-draft-tokens")
     dp.add_argument("--attention-backend", metavar="NAME", help="SGLang's --attention-backend (DDTREE with a "
                                                                 "budget > block size - 1 needs triton; default: keep)")
+    dp.add_argument("--no-host-check", action="store_true",
+                    help="skip asking the host's own SGLang to parse and resolve the planned unit (built-in rules "
+                         "only)")
     dp.add_argument("--draft-model", metavar="PATH", help="draft model path on the host (default: config)")
     dp.add_argument("--health-timeout", type=option_type(HealthTimeout, "--health-timeout"), default=600.0,
                     help="seconds to wait for /health (600, at most a day)")

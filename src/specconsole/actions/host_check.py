@@ -71,7 +71,9 @@ def parse_shebang(head: str) -> list[str] | None:
     if not words:
         return None
     if words[0].endswith("/env"):
-        words = [w for w in words[1:] if not w.startswith("-")]
+        words = words[1:]
+        while words and words[0].startswith("-"):  # env's own options (-S)
+            words = words[1:]
     return words or None
 
 

@@ -30,6 +30,10 @@ __all__ = ["ServerInfo", "ServerState", "SglangClient", "SglangError", "SglangMe
            "SglangSource"]
 
 
+#: SglangError kinds where nothing answered (the server, or the way to it, is gone).
+_NO_ANSWER = frozenset({"refused", "disconnected", "transport", "timeout"})
+
+
 class ServerState(StrEnum):
     HEALTHY = "healthy"
     STARTING = "starting"
@@ -138,6 +142,7 @@ class SglangSource:
                 return checked
             self._health_at = now
         # healthy: server info (cached), metrics
+        info_problem: str | None = None
         try:
             if (self._info is None or self._last_state is not ServerState.HEALTHY
                     or now - self._info_at >= self.info_refresh_s):
@@ -146,15 +151,18 @@ class SglangSource:
                 self._info_at = now
         except SglangError as exc:
             await self._after_failure(transport_only=True, exc=exc)
-            return self._failed(exc)
+            if exc.kind in _NO_ANSWER:
+                return self._failed(exc)
+            # the server answered /health (and may answer /metrics): healthy, its details unknown
+            self._info, info_problem = None, str(exc)
         try:
             metrics = await client.metrics()
         except SglangError as exc:
             if exc.kind == "metrics_disabled":
-                return self._snap(ServerState.HEALTHY, 200, str(exc), self._info)
+                return self._snap(ServerState.HEALTHY, 200, info_problem or str(exc), self._info)
             await self._after_failure(transport_only=True, exc=exc)
             return self._failed(exc, self._info)
-        return self._snap(ServerState.HEALTHY, 200, None, self._info, metrics)
+        return self._snap(ServerState.HEALTHY, 200, info_problem, self._info, metrics)
 
     # -- health ---------------------------------------------------------------------------
     async def _check_plain(self, client: SglangClient) -> SglangSnapshot | None:

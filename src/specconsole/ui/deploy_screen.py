@@ -2,7 +2,8 @@
 
 * the algorithm is a Select of the choices the host's own ``--help`` lists (discovered when the
   form opens, with a status line while it runs); only the fields that apply to it show
-  (:data:`FIELDS_FOR`: the window for DFLASH, block size and tree budget for DDTREE);
+  (:data:`FIELDS_FOR`: the window for DFLASH, block size and tree budget for DDTREE, steps, top-k
+  and draft tokens for the EAGLE family, draft tokens for NGRAM);
 * every field is checked in place: a bad value shows its error beside the field and the form
   stays open; Enter moves to the next field (on the last one, to the Plan button);
 * Plan runs the preflight (``check``) while the form stays open: a refusal is shown beside the
@@ -36,11 +37,14 @@ DEFAULT_WINDOW = "16"
 #: Offered when the host's --help could not be read (the console's own two flows).
 FALLBACK_ALGORITHMS = ("DFLASH", "NEXTN")
 #: The algorithm-specific fields each algorithm shows (the draft model shows for every one).
+_EAGLE_KNOBS = ("num_steps", "eagle_topk", "draft_tokens")
 FIELDS_FOR: dict[str, tuple[str, ...]] = {
     "DFLASH": ("draft_window", "block_size"),
     "DDTREE": ("block_size", "tree_budget"),
+    **{algo: _EAGLE_KNOBS for algo in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")},
+    "NGRAM": ("draft_tokens",),
 }
-SPECIFIC = ("draft_window", "block_size", "tree_budget")
+SPECIFIC = ("draft_window", "block_size", "tree_budget", *_EAGLE_KNOBS)
 
 Discover = Callable[[], Awaitable[list[str]]]
 Check = Callable[[DeployRequest], Awaitable[DeployPlan]]
@@ -53,7 +57,7 @@ def prefill(cfg: HostConfig, sglang: Sample[SglangSnapshot] | None) -> dict[str,
     budget = info.tree_budget if info is not None else None
     draft = (cfg.sglang.draft_model_path if cfg.sglang else None) or (info.draft_model_path if info else None)
     running = info.algorithm if info is not None else None
-    return {"algorithm": running if running in FIELDS_FOR else "DFLASH",
+    return {"algorithm": running if running in ("DFLASH", "DDTREE") else "DFLASH",
             "draft_window": str(window) if window else DEFAULT_WINDOW,
             "block_size": "", "tree_budget": str(budget) if budget else "", "draft_model": draft or ""}
 
@@ -109,6 +113,9 @@ class DeployForm(ModalScreen[DeployPlan | None]):
         ("draft_window", "DFLASH draft window", ">= the block size"),
         ("block_size", "Block size", "empty: the draft model's config.json"),
         ("tree_budget", "DDTree tree budget", "empty: block size - 1 (a chain)"),
+        ("num_steps", "Draft steps", "empty (all three): SGLang chooses"),
+        ("eagle_topk", "Top-k per step", "needs draft steps"),
+        ("draft_tokens", "Draft tokens", "EAGLE family: needs draft steps"),
         ("draft_model", "Draft model path", "on the host; empty: keep / from the config"),
     )
 
@@ -237,7 +244,8 @@ class DeployForm(ModalScreen[DeployPlan | None]):
         v = {key: self.value(key) if self.applies(key) else "" for key, _, _ in self.FIELDS}
         return DeployRequest(algorithm=v["algorithm"] or None, draft_window=v["draft_window"] or None,
                              block_size=v["block_size"] or None, tree_budget=v["tree_budget"] or None,
-                             draft_model=v["draft_model"] or None)
+                             draft_model=v["draft_model"] or None, num_steps=v["num_steps"] or None,
+                             eagle_topk=v["eagle_topk"] or None, draft_tokens=v["draft_tokens"] or None)
 
     def _order(self) -> list[Widget]:
         return [self.query_one(f"#deploy-{key}") for key, _, _ in self.FIELDS if self.applies(key)]
