@@ -176,3 +176,19 @@ def test_ddtree_full_tree_needs_triton_for_prefill_and_decode() -> None:
         with pytest.raises(DeployRefused, match=f"sets --{flag.replace('_', '-')} fa3"):
             plan(attention_backend="triton", **{flag: "fa3"})
     assert plan(attention_backend="triton", decode_attention_backend="triton")["tree_budget"] == "32"
+
+
+async def test_a_misspelt_attention_backend_is_refused_by_the_hosts_choices(lab: Lab) -> None:
+    """Issue 24 item 3: ``--attention-backend trition`` passed preflight, restarted into a crash, rolled back."""
+    before, started = unit_digest(lab), server_info(lab)["startup_time"]
+    host, cfg = await connect(lab)
+    try:
+        with pytest.raises(DeployRefused) as refused:
+            await preflight(host, cfg, DeployRequest(algorithm="DFLASH", draft_window=16, attention_backend="trition"),
+                            Steps("deploy", lambda _e: None, host="serve"))
+    finally:
+        await host.close()
+    text = str(refused.value)
+    assert text.startswith("SGLang 0.5.23 on serve does not accept --attention-backend trition: did you mean "
+                           "triton? its --help lists triton, torch_native,")
+    assert unit_digest(lab) == before and server_info(lab)["startup_time"] == started

@@ -99,6 +99,7 @@ async def test_the_eagle_family_shows_steps_topk_and_draft_tokens_and_ngram_its_
         select.value = "NEXTN"
         await pilot.pause()
         assert [form.query_one(f"#row-{k}").display for k in knobs] == [True, True, True, False, False, False]
+        assert not form.query_one("#row-draft_model").display  # NEXTN drafts with the target's own layers
         form.query_one("#deploy-num_steps", Input).value = "5"
         form.query_one("#deploy-eagle_topk", Input).value = "1"
         form.query_one("#deploy-draft_tokens", Input).value = "x"
@@ -110,6 +111,7 @@ async def test_the_eagle_family_shows_steps_topk_and_draft_tokens_and_ngram_its_
         await pilot.pause(0.2)
         assert (seen[-1].algorithm, seen[-1].num_steps, seen[-1].eagle_topk, seen[-1].draft_tokens) == (
             "NEXTN", "5", "1", "6")
+        assert seen[-1].draft_model is None  # the DFlash draft of the config is not sent to NEXTN
         select.value = "NGRAM"
         await pilot.pause()
         assert [form.query_one(f"#row-{k}").display for k in knobs] == [False, False, True, False, False, False]

@@ -297,6 +297,7 @@ async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | No
 
 
 async def _gpu_free(host: Host, steps: Steps) -> list[str]:
+    steps.begin("GPU memory", "reading the GPUs' free memory")
     res = await steps.run(host, ["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
                                  "--format=csv,noheader,nounits"])
     if not res.ok:

@@ -36,7 +36,8 @@ from specconsole.ui.format import escape
 DEFAULT_WINDOW = "16"
 #: Offered when the host's --help could not be read (the console's own two flows).
 FALLBACK_ALGORITHMS = ("DFLASH", "NEXTN")
-#: The algorithm-specific fields each algorithm shows (the draft model shows for every one).
+#: The algorithm-specific fields each algorithm shows (the draft model shows for every one but
+#: :data:`NO_DRAFT_MODEL`).
 _EAGLE_KNOBS = ("num_steps", "eagle_topk", "draft_tokens")
 FIELDS_FOR: dict[str, tuple[str, ...]] = {
     "DFLASH": ("draft_window", "block_size"),
@@ -45,6 +46,8 @@ FIELDS_FOR: dict[str, tuple[str, ...]] = {
     "NGRAM": ("draft_tokens",),
 }
 SPECIFIC = ("draft_window", "block_size", "tree_budget", *_EAGLE_KNOBS)
+#: Algorithms that take no draft model: NEXTN drafts with the target's own layers, NGRAM from the prompt.
+NO_DRAFT_MODEL = ("NEXTN", "NGRAM")
 
 Discover = Callable[[], Awaitable[list[str]]]
 Check = Callable[[DeployRequest], Awaitable[DeployPlan]]
@@ -183,11 +186,14 @@ class DeployForm(ModalScreen[DeployPlan | None]):
     # -- fields ---------------------------------------------------------------------------
     def applies(self, key: str) -> bool:
         """Whether field ``key`` applies to the algorithm chosen now."""
-        return key not in SPECIFIC or key in FIELDS_FOR.get(self.value("algorithm").upper(), ())
+        algo = self.value("algorithm").upper()
+        if key == "draft_model":
+            return algo not in NO_DRAFT_MODEL
+        return key not in SPECIFIC or key in FIELDS_FOR.get(algo, ())
 
     def show_fields(self) -> None:
         """Show the fields of the chosen algorithm only; a hidden field's error goes with it."""
-        for key in SPECIFIC:
+        for key in (*SPECIFIC, "draft_model"):
             shown = self.applies(key)
             self.query_one(f"#row-{key}").display = shown
             if not shown:

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.widgets import Collapsible, Static
 
 from specconsole.actions.deploy import DeployPlan
+from specconsole.actions.deploy_plan import resolved_summary
 from specconsole.ui.format import escape
 from specconsole.ui.screens import ConfirmScreen
 
@@ -47,6 +48,8 @@ def plan_text(plan: DeployPlan) -> str:
     lines = [f"{plan.unit.name} on {plan.host} · SGLang {plan.version or 'version unknown'}"]
     lines += [f"{flag}  {cur} → {new}" for flag, cur, new in changed]
     lines += [f"{len(same)} unchanged: " + ", ".join(f"{f} {v}" for f, v in same)] if same else []
+    if plan.host_verdict is not None and plan.host_verdict.accepted:
+        lines.append(f"SGLang resolves: {resolved_summary(plan.host_verdict.resolved)}")
     return "\n".join(lines)
 
 
@@ -66,6 +69,13 @@ class PlanScreen(ConfirmScreen):
         rows = [f"[b]{escape(flag.ljust(width))}[/]  {escape(cur)} → [b]{escape(new)}[/]" for flag, cur, new in changed]
         yield Static(head + f"\n[b]{len(changed)} flag change{'s' if len(changed) != 1 else ''}[/]:\n"
                      + ("\n".join(rows) or "(none)"), classes="plan-flags")
+        verdict = plan.host_verdict
+        if verdict is not None:
+            who = escape(f"SGLang {verdict.version}" if verdict.version else "SGLang")
+            said = (f"[b]{who} on {escape(plan.host)} resolves[/]: {escape(resolved_summary(verdict.resolved))}"
+                    if verdict.accepted else f"[$warning]SGLang's own check could not run: "
+                    f"{escape(verdict.message)}; the built-in rules decided[/]")
+            yield Static(said, classes="plan-verdict")
         if same:
             with Collapsible(title=f"{len(same)} unchanged flag{'s' if len(same) != 1 else ''}",
                              collapsed=True, id="plan-unchanged"):
