@@ -118,7 +118,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         self.handle_signals = handle_signals
         self.start_fleet = start_fleet
         self.exit_signal: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._console_loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._refresh_timer: Timer | None = None
         self._leaving: asyncio.Future[None] | None = None
@@ -135,7 +135,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         self._seen: set[str] = set()  # hosts that had complete data at a redraw
         self.freshness = Staleness()  # each value's stale state, with hysteresis
         self.fleet_nav = FleetNavigator(self)  # fleet view or host panes (issue 13)
-        self._thread_id = threading.get_ident()
+        self._console_thread_id = threading.get_ident()
         self._action_running: str | None = None
         self._cli_theme = theme
         super().__init__()
@@ -217,7 +217,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         yield Footer()
 
     async def on_mount(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._console_loop = asyncio.get_running_loop()
         if self.exit_guard is not None:
             self.exit_guard.install(self._signal_received)
         self.fleet.subscribe(self._fleet_changed)
@@ -245,7 +245,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
     def _fleet_changed(self, host: str, kind: str) -> None:
         if self._stopping is not None:
             return  # leaving: hosts closing must not cost redraws
-        if threading.get_ident() != self._thread_id:
+        if threading.get_ident() != self._console_thread_id:
             self.call_from_thread(self._fleet_changed, host, kind)
             return
         self._dirty.add(host)
@@ -264,7 +264,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         self.new_events.append(event)  # deque.append is thread-safe
         if not self.is_running:
             return
-        if threading.get_ident() != self._thread_id:
+        if threading.get_ident() != self._console_thread_id:
             self.call_from_thread(self._flush_events)
         else:
             self.call_later(self._flush_events)

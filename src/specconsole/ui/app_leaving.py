@@ -52,7 +52,7 @@ class LeavingMixin(_AppBase):
     #: SIGHUP/SIGTERM/SIGINT and q: leave within the guard's deadline whatever the loop is doing
     exit_guard: ExitGuard | None
     exit_signal: int | None
-    _loop: asyncio.AbstractEventLoop | None
+    _console_loop: asyncio.AbstractEventLoop | None
     _stopping: asyncio.Future[None] | None
     _refresh_timer: Timer | None
     _leaving: asyncio.Future[None] | None
@@ -80,9 +80,9 @@ class LeavingMixin(_AppBase):
             # while it lives (``kill -HUP``) must not leave it in the alternate screen, mouse on.
             self.exit_guard.force_exit(f"{signal_name(sig)} received: the terminal hung up or was told to; "
                                        "closing every connection and leaving")
-        if self._loop is not None:
+        if self._console_loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is already closed
-                self._loop.call_soon_threadsafe(
+                self._console_loop.call_soon_threadsafe(
                     self._leave, 128 + sig, f"{signal_name(sig)} received; stopping the monitors and leaving")
 
     def _leave(self, code: int, message: str | None) -> None:

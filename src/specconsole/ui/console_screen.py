@@ -33,7 +33,7 @@ class CroppingCompositor(Compositor):
     _update_regions: tuple[Region, ...] = ()
 
     def render_partial_update(self) -> ChopsUpdate | None:
-        self._update_regions = tuple(getattr(self, "_dirty_regions", ()))
+        self._update_regions = tuple(self._dirty_regions)  # Textual's own (tests/test_textual_hooks.py guards it)
         try:
             return super().render_partial_update()
         finally:

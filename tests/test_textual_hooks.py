@@ -1,0 +1,81 @@
+"""The Textual internals the console relies on, each named with the file that uses it.
+
+Textual is pinned to the minor these were tested with (``pyproject.toml``: ``>=8.2.8,<8.3``). When
+a Textual release renames or reshapes one of them, this test says which, and where the console
+uses it, instead of the console silently falling back or breaking at run time.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import textual
+from textual import _compositor
+from textual.app import App
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
+from textual.screen import Screen
+from textual.widget import Widget
+
+from specconsole.ui.console_screen import CroppingCompositor
+
+
+def _source(obj: object) -> str:
+    return inspect.getsource(obj)  # type: ignore[arg-type]
+
+
+def params_of(cls: type, name: str) -> list[str]:
+    fn = getattr(cls, name, None)
+    return list(inspect.signature(fn).parameters) if callable(fn) else []
+
+
+def hook(condition: bool, what: str, user: str) -> None:
+    if not condition:
+        pytest.fail(f"Textual {textual.__version__}: {what} changed; {user} relies on it "
+                    f"(Textual is pinned to 8.2.x in pyproject.toml for this reason)")
+
+
+def test_the_compositor_hooks_of_the_cropping_compositor() -> None:
+    user = "src/specconsole/ui/console_screen.py (CroppingCompositor)"
+    hook(params_of(_compositor.Compositor, "_get_renders") == ["self", "crop"], "Compositor._get_renders(self, crop)",
+         user)
+    hook(hasattr(_compositor.Compositor, "render_partial_update"), "Compositor.render_partial_update", user)
+    hook(hasattr(_compositor, "ChopsUpdate"), "textual._compositor.ChopsUpdate", user)
+    compositor = CroppingCompositor()
+    hook(isinstance(getattr(compositor, "_dirty_regions", None), set), "Compositor._dirty_regions (a set)", user)
+    hook(isinstance(getattr(compositor, "visible_widgets", None), dict), "Compositor.visible_widgets (a mapping)", user)
+    hook("self._compositor = Compositor()" in _source(Screen.__init__), "Screen._compositor (assigned in __init__)",
+         user + " replaces Screen._compositor")
+    hook(params_of(_compositor.Compositor, "render_update")[:3] == ["self", "full", "screen_stack"],
+         "Compositor.render_update(full, screen_stack)",
+         "src/specconsole/ui/app.py (screen_text)")
+
+
+def test_the_app_and_driver_hooks() -> None:
+    hook("self._driver" in _source(App.__init__), "App._driver", "src/specconsole/ui/app_leaving.py")
+    hook("self._app = app" in _source(Driver.__init__), "Driver._app", "src/specconsole/ui/quit_key.py")
+    hook(hasattr(Driver, "process_message"), "Driver.process_message", "src/specconsole/ui/quit_key.py")
+    linux = _source(LinuxDriver)
+    hook("self.attrs_before" in linux and "self.fileno" in linux, "LinuxDriver.attrs_before / fileno",
+         "src/specconsole/ui/app_leaving.py (_restore_terminal)")
+    for name in ("stop_application_mode", "close"):
+        hook(hasattr(LinuxDriver, name), f"LinuxDriver.{name}", "src/specconsole/ui/app_leaving.py")
+
+
+def test_the_widget_hooks() -> None:
+    hook("_component_styles" in _source(Widget), "Widget._component_styles", "src/specconsole/ui/widgets.py (PlotRow)")
+
+
+def test_the_console_does_not_shadow_textuals_own_bookkeeping() -> None:
+    from specconsole.ui.app import ConsoleApp
+
+    textual_names = {n for n in ("_loop", "_thread_id") if f"self.{n}" in _source(App)}
+    ours = _source(ConsoleApp)
+    for name in textual_names:
+        assert f"self.{name} =" not in ours, f"ConsoleApp assigns {name}, which Textual's App uses for itself"
+
+
+def test_textual_is_the_pinned_minor() -> None:
+    major, minor = (int(p) for p in textual.__version__.split(".")[:2])
+    assert (major, minor) == (8, 2), f"Textual {textual.__version__} is installed; the console is tested on 8.2.x"
