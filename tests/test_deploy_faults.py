@@ -243,5 +243,9 @@ async def test_crash_loop_under_restart_on_failure_is_rolled_back_at_once(restar
     progress = [json.loads(ln) for ln in Path(workdir, "progress.jsonl").read_text().splitlines()]
     rollback = next(ev["at"] for ev in progress if ev["kind"] == "step" and ev["step"] == "roll back")
     assert rollback - first_crash <= 10.0, f"rolled back {rollback - first_crash:.1f}s after the first crash\n{lines}"
+    # the failed start's crash lines are shown under the step that failed, not replayed as the rollback's own
+    # (issue 24 item 15: the rollback looked as if it had crashed too)
+    assert any(e.step != "roll back" and "the failed start's journal: " in e.message
+               and "Main process exited" in e.message for e in events), lines
     wait_healthy(lab, 120)
     assert server_info(lab)["speculative_algorithm"] != "DFLASH"

@@ -312,9 +312,9 @@ class Agent:
     def rollback(self, reason: str, existed: bool) -> int:
         p = self.plan
         journal = self.waiting(f"journalctl -u {p['unit']} -n 12", lambda: self.journal_tail(12))
+        for line in journal:  # under the step that failed: they are why, not what the rollback does
+            self.emit("info", f"the failed start's journal: {line[-160:]}")
         self.begin("roll back", f"deploy failed ({reason}); restoring the previous config")
-        for line in journal:
-            self.emit("info", f"journal: {line[-160:]}")
         try:
             if existed:
                 with open(os.path.join(p["workdir"], "backup.conf"), encoding="utf-8") as f:
