@@ -148,7 +148,8 @@ def test_verdict_lines() -> None:
                                   'supports pp_size == 1.", "where": "speculative_hook.py:88", "source": ""}\n'), "cmd")
     assert v.verdict == "refused" and v.message == ("ValueError: Currently DFLASH speculative decoding only supports "
                                                     "pp_size == 1.")
-    v = host_check.verdict_of(res("", 1, "Traceback ...\nModuleNotFoundError: No module named 'torch'\n"), "cmd")
+    v = host_check.verdict_of(res("", 1, "Traceback (most recent call last):\n  File \"<stdin>\", line 1\n"
+                                          "ModuleNotFoundError: No module named 'torch'\n"), "cmd")
     assert v.verdict == "unavailable"
     assert v.message == "the check printed no verdict (exit 1: ModuleNotFoundError: No module named 'torch')"
     v = host_check.verdict_of(res('specconsole-argcheck {"verdict": "unavailable", "reason": "cannot import '

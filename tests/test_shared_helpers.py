@@ -27,3 +27,15 @@ def test_ssh_address_and_url_endpoint() -> None:
     assert url_endpoint("http://10.0.0.5:30000/v1") == ("http", "10.0.0.5", 30000)
     assert url_endpoint("https://serve.internal") == ("https", "serve.internal", 443)
     assert url_endpoint("http://serve") == ("http", "serve", 80)
+
+
+def test_output_line_takes_a_tracebacks_exception_not_its_first_line() -> None:
+    """Issue 24 item 15: a lab systemctl traceback's first line reached an error message."""
+    from specconsole.values import output_line
+
+    tb = ("Traceback (most recent call last):\n  File \"/usr/bin/systemctl3\", line 7, in <module>\n"
+          "    sys.exit(main())\n           ^^^^^^\nKeyError: 'sglang.service'\n")
+    assert output_line(tb) == "KeyError: 'sglang.service'"
+    assert output_line("Unit sglang.service could not be found.\nmore\n") == "Unit sglang.service could not be found."
+    assert output_line("\x1b[31mred\n") == "\\x1b[31mred" and output_line("") == ""
+    assert output_line("x" * 300, 10) == "xxxxxxxxx…"

@@ -32,6 +32,20 @@ def printable(text: str, *, newlines: bool = False) -> str:
     return unsafe.sub(lambda m: escape_char(m.group()), text) if unsafe.search(text) else text
 
 
+def output_line(text: str, limit: int = 200) -> str:
+    """What a failed command said, in one line for an error message: the exception line of a
+    Python traceback (``KeyError: 'x'``, not ``Traceback (most recent call last):``), else its
+    first non-empty line; control characters escaped, cut at ``limit``."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    pick = lines[0]
+    if any(ln.startswith("Traceback (most recent call last)") for ln in lines):
+        pick = next((ln for ln in reversed(lines) if not ln.startswith(("File ", "^", "~"))), lines[-1])
+    pick = printable(pick)
+    return pick if len(pick) <= limit else pick[: limit - 1] + "…"
+
+
 def unsafe_char(text: str) -> str | None:
     """The first control or bidi character in ``text``, or ``None``."""
     m = _UNSAFE.search(text)

@@ -53,7 +53,7 @@ from specconsole.http_body import MIB
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.sglang.rebase import find_drift
 from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, show_word
-from specconsole.values import SPEC_INT_MAX
+from specconsole.values import SPEC_INT_MAX, output_line
 
 __all__ = ["BaseUnitChanged", "DeployOutcome", "DeployPlan", "DeployRefused", "DeployRequest", "agent_plan",
            "execute", "follow", "preflight"]
@@ -102,7 +102,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     cat = await steps.run(host, ["systemctl", "cat", "--", unit_name])
     if not cat.ok:
         raise DeployRefused(f"{cfg.name}: `systemctl cat {unit_name}` failed: "
-                            f"{(cat.stderr or cat.stdout).strip()[:200]}; check sglang.unit in the config")
+                            f"{output_line(cat.stderr or cat.stdout)}; check sglang.unit in the config")
     first = parse_unit(unit_name, cat.stdout)
     env_texts: dict[str, str] = {}
     for env_file in first.environment_files:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from specconsole.actions.steps import Steps
 from specconsole.hosts import CommandResult, Host
 from specconsole.sglang.unit import ServiceUnit
+from specconsole.values import output_line
 
 #: The marker :mod:`specconsole.sglang.argcheck` prints before its JSON verdict.
 MARK = "specconsole-argcheck "
@@ -90,7 +91,7 @@ async def _interpreter(host: Host, steps: Steps, program: str, path_env: str | N
             return None, f"ExecStart's program {program} is not on the unit's PATH"
     res = await steps.run(host, ["head", "-c", "512", "--", where])
     if not res.ok:
-        said = (res.stderr or res.stdout).strip()[:120] or f"exit {res.exit_status}"
+        said = output_line(res.stderr or res.stdout, 120) or f"exit {res.exit_status}"
         return None, f"cannot read {where} ({said})"
     words = parse_shebang(res.stdout)
     if not words or not _PYTHON.search(words[0]):
@@ -129,8 +130,7 @@ def verdict_of(res: CommandResult, command: str) -> HostVerdict:
                 payload = None
             break
     if not isinstance(payload, dict):
-        tail = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
-        said = tail[-1][:200] if tail else "no output"
+        said = output_line(res.stderr or res.stdout) or "no output"
         status = "unknown" if res.exit_status is None else str(res.exit_status)
         return HostVerdict("unavailable", f"the check printed no verdict (exit {status}: {said})", command=command)
     version = str(payload.get("version") or "") or None
