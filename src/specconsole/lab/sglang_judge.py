@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from typing import Any
 PYTHON_ENV = "SGLANG_SIM_PYTHON"
 #: The warm judge's socket.
 SOCKET_ENV = "SGLANG_SIM_JUDGE"
+#: How long a question waits for a judge whose socket is not there yet (it imports SGLang first).
+JUDGE_START_WAIT_S = 90.0
 #: Where to find ``.venv-sglang``'s Python when the lab is not told.
 SGLANG_PYTHON_ENV = "SPECCONSOLE_SGLANG_PYTHON"
 _ARGCHECK = Path(__file__).resolve().parents[1] / "sglang" / "argcheck.py"
@@ -68,6 +71,10 @@ def ask(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | None =
     extra: dict[str, str] = dict(env or {})
     where = cwd or os.getcwd()
     question = {"argv": list(argv), "env": extra, "cwd": where}
+    if path and not os.path.exists(path):  # the lab's judge may still be importing SGLang
+        deadline = time.monotonic() + JUDGE_START_WAIT_S
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
     if path and os.path.exists(path):
         with contextlib.suppress(OSError, ValueError):
             return _ask_socket(path, question, timeout_s)

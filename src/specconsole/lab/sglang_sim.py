@@ -376,6 +376,10 @@ def resolve_args(ns: argparse.Namespace, argv: list[str]) -> Resolved:
     """
     ddtree = sglang_versions.has_ddtree(VERSION)
     judged = _as_release(argv) if ddtree else list(argv)
+    sock = os.environ.get(sglang_judge.SOCKET_ENV)
+    if sock and not os.path.exists(sock):
+        log(f"specconsole lab: waiting for real SGLang's argument parser (the lab's judge on {sock} is importing "
+            f"SGLang)")
     try:
         verdict = sglang_judge.ask(judged)
     except sglang_judge.JudgeUnavailable as err:
