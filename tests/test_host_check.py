@@ -193,3 +193,22 @@ async def test_a_misspelt_attention_backend_is_refused_by_the_hosts_choices(lab:
     assert text.startswith("SGLang 0.5.23 on serve does not accept --attention-backend trition: did you mean "
                            "triton? its --help lists triton, torch_native,")
     assert unit_digest(lab) == before and server_info(lab)["startup_time"] == started
+
+
+async def test_a_unit_that_runs_python_m_sglang_launch_server_is_checked_by_that_python(lab: Lab) -> None:
+    # ExecStart=/opt/sglang/bin/python -m sglang.launch_server ARGS: the interpreter is ExecStart's own program
+    events: list[StepEvent] = []
+    host, _cfg = await connect(lab)
+    try:
+        unit = parse_unit("sglang.service", lab._systemctl("cat", "sglang.service").stdout)
+        python = str(lab.sglang_venv_python())
+        verdict = await host_check.check(host, Steps("deploy", events.append, host="serve"), unit,
+                                         [python, "-m", "sglang.launch_server"],
+                                         ["--model-path", str(lab.target_model_dir()), "--speculative-algorithm",
+                                          "NGRAM"])
+    finally:
+        await host.close()
+    assert verdict.accepted and verdict.resolved["speculative_algorithm"] == "NGRAM", verdict
+    assert verdict.resolved["speculative_num_draft_tokens"] == 12  # SGLang's own NGRAM default
+    commands = [e.message for e in events if e.kind == "command"]
+    assert len(commands) == 1 and f"{python} - --model-path " in commands[0]  # no #! lookup needed
