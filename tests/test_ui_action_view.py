@@ -263,9 +263,10 @@ async def test_form_algorithm_is_picked_from_the_list_then_enter_moves_on(tmp_pa
         await pilot.press("up", "enter")
         await pilot.pause()
         assert select.value == "NEXTN"
-        # NEXTN has no window or block: those fields go, the focus moves on to the draft model
-        assert not form.query_one("#row-draft_window").display
-        assert app.focused is form.query_one("#deploy-draft_model", Input)
+        # NEXTN has no window, block or draft model: those fields go, its own (draft steps, ...) come, and
+        # the focus moves on to the first of them
+        assert not form.query_one("#row-draft_window").display and not form.query_one("#row-draft_model").display
+        assert app.focused is form.query_one("#deploy-num_steps", Input)
 
 
 async def test_a_second_action_does_not_take_over_a_running_view(tmp_path: Path) -> None:
