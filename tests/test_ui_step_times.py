@@ -1,0 +1,95 @@
+"""Honest step times (issue 21): the time a dialog waits for the operator counts in no step; it shows as
+a line of its own ("waited 1.5 s for ..."), in the action view and in the audit log alike. Driven with
+Pilot on a lab of the test's own (real SSH, systemctl, the SGLang simulator)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Button, Select
+
+from conftest import running_lab, wait_for
+from specconsole.config import load_config
+from specconsole.lab.environment import Lab, LabOptions
+from specconsole.ui.action_view import ActionPanel
+from specconsole.ui.app import ConsoleApp
+from specconsole.ui.deploy_screen import DeployForm
+from specconsole.ui.plan_screen import PlanScreen
+from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+pytestmark = pytest.mark.timeout(240)
+
+WAIT_S = 1.5  # how long the operator "reads" each dialog
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    yield from running_lab(tmp_path / "lab", LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0,
+                                                        gpu_interval_s=0.5, sglang_interval_s=0.5))
+
+
+def step_spans(audit: list[dict[str, Any]]) -> dict[str, float]:
+    """Each deploy step's time from the audit log: from its ``step`` record to the next step, wait or end."""
+    records = [r for r in audit if r.get("action") == "deploy" and r.get("kind") in ("step", "wait", "done", "failed")]
+    return {a["step"]: b["elapsed_s"] - a["elapsed_s"] for a, b in itertools.pairwise(records)
+            if a["kind"] == "step"}
+
+
+def host_time(audit: list[dict[str, Any]]) -> dict[str, float]:
+    """Each deploy step's commands' own time (their ``result`` records' ``took_s``)."""
+    out: dict[str, float] = {}
+    for r in audit:
+        if r.get("action") == "deploy" and r.get("kind") == "result" and r.get("took_s") is not None:
+            out[r["step"]] = out.get(r["step"], 0.0) + r["took_s"]
+    return out
+
+
+async def test_deploy_dialogs_open_for_seconds_add_nothing_to_any_step(lab: Lab, tmp_path: Path) -> None:
+    cfg = load_config(lab.config_path)
+    cfg = dataclasses.replace(cfg, console=dataclasses.replace(
+        cfg.console, state_dir=str(tmp_path / "state"), audit_log=str(tmp_path / "audit.log")))
+    app = ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(lambda: all(s.reachable for s in app.fleet.statuses()), 90, what="hosts connected",
+                       pilot=pilot)
+        await pilot.press("d")
+        await wait_for(lambda: isinstance(app.screen, DeployForm), 90, what="the deploy form", pilot=pilot)
+        form = app.screen
+        algorithms = form.query_one("#deploy-algorithm", Select)
+        await wait_for(lambda: "EAGLE3" in [str(o[0]) for o in algorithms._options], 90, what="the algorithms",
+                       pilot=pilot)
+        await asyncio.sleep(WAIT_S)  # the operator reads the form
+        form.query_one("#plan", Button).press()
+        await wait_for(lambda: isinstance(app.screen, PlanScreen), 120, what="the plan", pilot=pilot)
+        await asyncio.sleep(WAIT_S)  # ... and the plan
+        app.screen.query_one("#cancel", Button).press()
+        panel = app.query_one(ActionPanel)
+        await wait_for(lambda: panel.track is not None and panel.track.finished, 30, what="the cancel", pilot=pilot)
+        track = panel.track
+        assert track is not None and track.ok
+        waits = [r for r in track.rows if r.wait]
+        assert [r.name.split(" s for ")[1] for r in waits] == ["you to fill in the deploy form",
+                                                             "your confirmation of the plan"]
+        assert all(WAIT_S <= r.elapsed(0) < WAIT_S + 1.0 for r in waits), [r.elapsed(0) for r in waits]
+        shown = {r.name: r.elapsed(0) for r in track.rows if not r.wait}
+        assert {"discover algorithms", "read the unit", "lock"} <= set(shown)
+        await pilot.pause(0.2)
+        screen = app.screen_text()
+        assert f"· {waits[-1].name}" in screen
+    audit = [json.loads(line)["data"] for line in (tmp_path / "audit.log").read_text().splitlines()]
+    spans = step_spans(audit)
+    waited = [r for r in audit if r.get("kind") == "waited"]
+    assert len(waited) == 2 and all(WAIT_S <= r["took_s"] < WAIT_S + 1.0 for r in waited)
+    host = host_time(audit)
+    # each step's time (panel and audit log agree) is the host's own time: its commands' time plus a
+    # little of our own, none of the 1.5 s each dialog stayed open
+    for name, took in shown.items():
+        assert abs(spans[name] - took) < 0.1, (name, spans[name], took)
+        assert took - host.get(name, 0.0) < 0.3, f"{name}: {took:.2f}s, host {host.get(name, 0):.2f}s: {shown}"
