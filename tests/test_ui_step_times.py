@@ -1,6 +1,9 @@
-"""Honest step times (issue 21): the time a dialog waits for the operator counts in no step; it shows as
-a line of its own ("waited 1.5 s for ..."), in the action view and in the audit log alike. Driven with
-Pilot on a lab of the test's own (real SSH, systemctl, the SGLang simulator)."""
+"""The deploy's dialogs and the operator (issue 21), driven with Pilot on a lab of this module's own
+(real SSH, systemctl, the SGLang simulator):
+
+* honest step times: the time a dialog waits for the operator counts in no step; it shows as a line
+  of its own ("waited 1.5 s for ..."), in the action view and in the audit log alike;
+* at 80x24 no toast covers the deploy form or the plan dialog."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Any
 
 import pytest
 from textual.widgets import Button, Select
+from textual.widgets._toast import Toast
 
 from conftest import running_lab, wait_for
 from specconsole.config import load_config
@@ -29,9 +33,9 @@ pytestmark = pytest.mark.timeout(240)
 WAIT_S = 1.5  # how long the operator "reads" each dialog
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    yield from running_lab(tmp_path / "lab", LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0,
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    yield from running_lab(tmp_path_factory.mktemp("lab"), LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0,
                                                         gpu_interval_s=0.5, sglang_interval_s=0.5))
 
 
@@ -51,11 +55,45 @@ def host_time(audit: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-async def test_deploy_dialogs_open_for_seconds_add_nothing_to_any_step(lab: Lab, tmp_path: Path) -> None:
+def make_app(lab: Lab, tmp_path: Path) -> ConsoleApp:
     cfg = load_config(lab.config_path)
     cfg = dataclasses.replace(cfg, console=dataclasses.replace(
         cfg.console, state_dir=str(tmp_path / "state"), audit_log=str(tmp_path / "audit.log")))
-    app = ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
+    return ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
+
+
+def toasts_over(app: ConsoleApp, selector: str) -> list[str]:
+    """The toasts on screen whose region overlaps the widget ``selector`` of the current screen."""
+    box = app.screen.query_one(selector).region
+    return [str(t.render()) for t in app.screen.query(Toast) if t.region.overlaps(box)]
+
+
+async def test_no_toast_covers_the_deploy_form_or_the_plan_at_80x24(lab: Lab, tmp_path: Path) -> None:
+    app = make_app(lab, tmp_path)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:  # Pilot hides toasts unless asked
+        await wait_for(lambda: all(s.reachable for s in app.fleet.statuses()), 90, what="hosts connected",
+                       pilot=pilot)
+        await pilot.press("d")
+        await wait_for(lambda: isinstance(app.screen, DeployForm), 90, what="the deploy form", pilot=pilot)
+        algorithms = app.screen.query_one("#deploy-algorithm", Select)
+        await wait_for(lambda: "EAGLE3" in [str(o[0]) for o in algorithms._options], 90, what="the algorithms",
+                       pilot=pilot)
+        for _ in range(5):  # the form's first second, when the "started" toast used to sit on it
+            await pilot.pause(0.1)
+            assert toasts_over(app, "#deploy-box") == []
+        app.screen.query_one("#plan", Button).press()
+        await wait_for(lambda: isinstance(app.screen, PlanScreen), 120, what="the plan", pilot=pilot)
+        await pilot.pause(0.2)
+        assert toasts_over(app, ".dialog") == []
+        app.screen.query_one("#cancel", Button).press()
+        await wait_for(lambda: not isinstance(app.screen, PlanScreen), 30, what="the cancel", pilot=pilot)
+        # with no dialog open the toasts are back: the cancel's "done" is one
+        await wait_for(lambda: any("cancelled by the operator" in str(t.render()) for t in app.screen.query(Toast)),
+                       10, what="the done toast", pilot=pilot)
+
+
+async def test_deploy_dialogs_open_for_seconds_add_nothing_to_any_step(lab: Lab, tmp_path: Path) -> None:
+    app = make_app(lab, tmp_path)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(lambda: all(s.reachable for s in app.fleet.statuses()), 90, what="hosts connected",
                        pilot=pilot)
