@@ -47,11 +47,18 @@ def step_spans(audit: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def host_time(audit: list[dict[str, Any]]) -> dict[str, float]:
-    """Each deploy step's commands' own time (their ``result`` records' ``took_s``)."""
+    """Each deploy step's host time: from each command's record to its result's (the command's wall
+    time as the console sees it, its SSH channel included)."""
     out: dict[str, float] = {}
+    sent: float | None = None
     for r in audit:
-        if r.get("action") == "deploy" and r.get("kind") == "result" and r.get("took_s") is not None:
-            out[r["step"]] = out.get(r["step"], 0.0) + r["took_s"]
+        if r.get("action") != "deploy":
+            continue
+        if r.get("kind") == "command":
+            sent = r["elapsed_s"]
+        elif r.get("kind") == "result" and sent is not None:
+            out[r["step"]] = out.get(r["step"], 0.0) + r["elapsed_s"] - sent
+            sent = None
     return out
 
 
@@ -126,8 +133,8 @@ async def test_deploy_dialogs_open_for_seconds_add_nothing_to_any_step(lab: Lab,
     waited = [r for r in audit if r.get("kind") == "waited"]
     assert len(waited) == 2 and all(WAIT_S <= r["took_s"] < WAIT_S + 1.0 for r in waited)
     host = host_time(audit)
-    # each step's time (panel and audit log agree) is the host's own time: its commands' time plus a
-    # little of our own, none of the 1.5 s each dialog stayed open
+    # each step's time (panel and audit log agree) is the host's own time: its commands' time plus at
+    # most 0.2 s of our own (issue 21), none of the 1.5 s each dialog stayed open
     for name, took in shown.items():
         assert abs(spans[name] - took) < 0.1, (name, spans[name], took)
-        assert took - host.get(name, 0.0) < 0.3, f"{name}: {took:.2f}s, host {host.get(name, 0):.2f}s: {shown}"
+        assert took - host.get(name, 0.0) <= 0.2, f"{name}: {took:.2f}s, host {host.get(name, 0):.2f}s: {shown}"
