@@ -3,7 +3,8 @@
 
 * honest step times: the time a dialog waits for the operator counts in no step; it shows as a line
   of its own ("waited 1.5 s for ..."), in the action view and in the audit log alike;
-* at 80x24 no toast covers the deploy form or the plan dialog."""
+* at 80x24 no toast covers the deploy form or the plan dialog;
+* the headless `specconsole deploy`'s [y/N] question (in a pty) is no step's time either."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,3 +146,52 @@ async def test_deploy_dialogs_open_for_seconds_add_nothing_to_any_step(lab: Lab,
     for name, took in shown.items():
         assert abs(spans[name] - took) < 0.1, (name, spans[name], took)
         assert took - host.get(name, 0.0) <= 0.2, f"{name}: {took:.2f}s, host {host.get(name, 0):.2f}s: {shown}"
+
+
+def test_the_cli_s_question_is_no_step_s_time(lab: Lab, tmp_path: Path) -> None:
+    """`specconsole deploy` on a terminal: the operator answers the [y/N] question after 1.5 s; the step
+    before the question ends when it is asked and the wait is a line of its own."""
+    audit = tmp_path / "cli-audit.log"
+    config = tmp_path / "lab.toml"
+    text = lab.config_path.read_text()
+    config.write_text(re.sub(r"(?m)^audit_log = .*$", f"audit_log = {json.dumps(str(audit))}", text, count=1))
+    assert load_config(config).console.audit_log == str(audit)
+    main, sub = pty.openpty()
+    exe = Path(sys.executable).parent / "specconsole"
+    proc = subprocess.Popen([str(exe), "deploy", "--config", str(config), "--algorithm", "DFLASH",
+                             "--draft-window", "16"], stdin=sub, stdout=sub, stderr=sub, close_fds=True)
+    os.close(sub)
+    out = b""
+
+    def read_until(needle: bytes, timeout: float) -> None:
+        nonlocal out
+        deadline = time.monotonic() + timeout
+        while needle not in out and time.monotonic() < deadline:
+            if select.select([main], [], [], 0.2)[0]:
+                try:
+                    out += os.read(main, 65536)
+                except OSError:
+                    break
+        assert needle in out, out.decode(errors="replace")
+
+    try:
+        read_until(b"[y/N]", 120)
+        time.sleep(WAIT_S)  # the operator reads the plan
+        os.write(main, b"n\n")
+        read_until(b"cancelled by the operator", 30)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        os.close(main)
+    printed = out.decode(errors="replace")
+    assert "waiting for your confirmation" in printed and "s for your confirmation" in printed, printed
+    records = [d for line in audit.read_text().splitlines()
+               if (d := json.loads(line)["data"]).get("action") == "deploy"]
+    kinds = [r["kind"] for r in records]
+    wait = kinds.index("wait")
+    step = max(i for i in range(wait) if kinds[i] == "step")
+    spans = {records[step]["step"]: records[wait]["elapsed_s"] - records[step]["elapsed_s"]}
+    host = host_time(records[step:wait])
+    assert all(took - host.get(name, 0.0) <= 0.2 for name, took in spans.items()), (spans, host)
+    waited = records[kinds.index("waited")]
+    assert WAIT_S <= waited["took_s"] < WAIT_S + 1.0, waited
