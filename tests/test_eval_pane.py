@@ -85,11 +85,16 @@ async def test_pane_renders_the_comparison(store: ResultStore) -> None:
         table = pane.query_one("#eval-table", DataTable)
         # short names head the columns (so the ratio fits beside the task); the title spells them out
         assert _columns(table) == ["task", "ours", "★ baseline", "ours / baseline"]
-        assert [str(k.value) for k in table.rows] == ["fizzbuzz", "binary_search", "lru_cache", AVERAGE_ROW]
+        # the average first, pinned (fixed) while the tasks scroll
+        assert [str(k.value) for k in table.rows] == [AVERAGE_ROW, "fizzbuzz", "binary_search", "lru_cache"]
+        assert table.fixed_rows == 1
         assert _cell(table, "fizzbuzz", "ours-4000") == "8.00 ▲"  # best
         assert _cell(table, "binary_search", "ours-4000") == "6.50 ▼"  # worst
         assert _cell(table, "lru_cache", "ours-4000") == "7.25"
-        assert _cell(table, "fizzbuzz", "ratio:ours-4000") == "66.7 %"
+        # the ratio columns mark where the run is closest to (▲) and furthest from (▼) the baseline
+        assert _cell(table, "fizzbuzz", "ratio:ours-4000") == "66.7 % ▲"  # 8 / 12
+        assert _cell(table, "binary_search", "ratio:ours-4000") == "65.0 % ▼"  # 6.5 / 10
+        assert _cell(table, "lru_cache", "ratio:ours-4000") == "65.9 %"
         assert _cell(table, AVERAGE_ROW, "ours-4000") == "7.25"
         assert _cell(table, AVERAGE_ROW, "zlab") == "11.00"
         assert _cell(table, AVERAGE_ROW, "ratio:ours-4000") == "65.9 %"
@@ -124,6 +129,82 @@ async def test_pane_renders_the_comparison(store: ResultStore) -> None:
         assert pane.metric == "tokens_per_s"
         assert _cell(table, "fizzbuzz", "ours-4000") == "600.0"
         assert _cell(table, "binary_search", "ours-4000") == "n/a"
+
+
+async def test_one_run_shows_its_tasks_at_once_and_a_baseline_adds_the_ratio(store: ResultStore) -> None:
+    """One run selected: its per-task table (every metric) with the average pinned first and the
+    best/worst task by the chosen metric; `b` on another run: the comparison with the ratio."""
+    ours = store.resolve("ours-4000")
+    store.save(dataclasses.replace(ours, tasks=(
+        TaskResult("fizzbuzz", acceptance_length=8.0, tokens_per_s=600.0, latency_s=1.5),
+        TaskResult("binary_search", acceptance_length=6.5, tokens_per_s=480.0, latency_s=2.25),
+        TaskResult("lru_cache", ok=False, error="timeout"))), overwrite=True)
+    pane = EvalPane(store, id="eval")
+    app = PaneApp(pane)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        pane.select_runs(["ours-4000"])
+        await pilot.pause()
+        table = pane.query_one("#eval-table", DataTable)
+        assert _columns(table) == ["task", "▸ accept len", "tok/s", "latency s"]
+        assert [str(k.value) for k in table.rows] == [AVERAGE_ROW, "fizzbuzz", "binary_search", "lru_cache"]
+        assert table.fixed_rows == 1
+        assert [_cell(table, "fizzbuzz", c) for c in ("acceptance_length", "tokens_per_s", "latency_s")] == \
+            ["8.00 ▲", "600.0", "1.50"]
+        assert _cell(table, "binary_search", "acceptance_length") == "6.50 ▼"
+        assert _cell(table, "lru_cache", "tokens_per_s") == "failed"
+        assert [_cell(table, AVERAGE_ROW, c) for c in ("acceptance_length", "tokens_per_s", "latency_s")] == \
+            ["7.25", "540.0", "1.88"]  # the mean of the ok tasks
+        title = str(pane.query_one("#eval-title", Static).content)
+        assert "ours step 4000, DDTree-8" in title and "Select two" not in title
+        # m: the marks follow the metric (latency: lower is better)
+        pane.action_cycle_metric()
+        pane.action_cycle_metric()
+        await pilot.pause()
+        assert _columns(table) == ["task", "accept len", "tok/s", "▸ latency s"]
+        assert _cell(table, "fizzbuzz", "latency_s") == "1.50 ▲" and _cell(table, "binary_search", "latency_s") \
+            == "2.25 ▼"
+        pane.action_cycle_metric()
+        # b on the z-lab run: the comparison, ours beside the baseline with its ratio per task and on average
+        lst = pane.query_one("#eval-run-list", SelectionList)
+        lst.focus()
+        lst.highlighted = 0
+        await pilot.press("b")
+        await pilot.pause()
+        assert _columns(table) == ["task", "ours", "★ baseline", "ours / baseline"]
+        assert _cell(table, AVERAGE_ROW, "ratio:ours-4000") == "65.9 %"  # 7.25 / 11.0
+        assert _cell(table, "fizzbuzz", "ratio:ours-4000") == "66.7 % ▲"
+        assert _cell(table, "binary_search", "ratio:ours-4000") == "65.0 % ▼"
+        assert _cell(table, "lru_cache", "ours-4000") == "failed"
+
+
+async def test_the_average_stays_on_screen_while_the_tasks_scroll_at_80x24(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the console at 80x24: scrolling the comparison to its last task keeps the average row on screen."""
+    import sample_data as sd
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    store = ResultStore(tmp_path / "results")
+    for run in sd.sample_runs():
+        store.save(run)
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(store.root))
+    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(sd.FROZEN_NOW),
+                     clock=lambda: sd.FROZEN_NOW, themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(EvalPane)
+        pane.select_runs(["zlab-b16", "ours-4000"], baseline="zlab-b16")
+        table = pane.query_one("#eval-table", DataTable)
+        table.focus()
+        await pilot.pause(0.2)
+        last = sd.SAMPLE_TASKS[-1]
+        assert last not in app.screen_text()  # more tasks than rows: the table scrolls
+        await pilot.press(*["down"] * len(sd.SAMPLE_TASKS))  # the cursor to the last task
+        await pilot.pause(0.3)
+        screen = app.screen_text()
+        assert last in screen and sd.SAMPLE_TASKS[0] not in screen, screen
+        assert "average" in screen and "%" in next(line for line in screen.splitlines() if "average" in line), screen
 
 
 async def test_pane_with_fewer_than_two_runs(tmp_path: Path) -> None:

@@ -7,6 +7,9 @@ plan). Asserted from the captured frames:
 
 * every step of both actions (as the audit log names them) appeared on screen;
 * the kill dialog's and the plan's buttons were on screen;
+* the demo's seeded eval comparison (ours / z-lab, the average ratio) is on screen after two Tabs;
+* no step a dialog followed took longer than its commands' own time by more than 0.2 s (the
+  dialog's time is a "waited ... for your confirmation" line of its own);
 * the final state lines ("train: training stopped", "serve: serving DFLASH, draft window 16,
   healthy") were visible, and SGLang's /server_info says DFLASH with window 16;
 * q quits the demo with status 0 and nothing it started is left running (the checks the full
@@ -166,6 +169,36 @@ def audit_steps(audit: Path) -> tuple[dict[str, list[str]], list[float]]:
     return steps, sorted(times)
 
 
+def command_time(records: list[dict[str, Any]]) -> float:
+    """The host's own time in ``records``: from each command's record to its result's (the command's
+    wall time as the console sees it, its SSH channel included)."""
+    total, sent = 0.0, None
+    for r in records:
+        if r.get("kind") == "command":
+            sent = r["elapsed_s"]
+        elif r.get("kind") == "result" and sent is not None:
+            total, sent = total + r["elapsed_s"] - sent, None
+    return total
+
+
+def dialog_padding(audit: Path) -> list[tuple[str, str, float, float]]:
+    """For every step a dialog followed (closed by a ``wait`` record: the operator's turn), its
+    ``(action, step, span, host)``: the step's time in the audit log and its commands' (:func:`command_time`)."""
+    records = [d for line in audit.read_text().splitlines() if line.strip()
+               and (d := json.loads(line).get("data") or {}).get("action") in ("kill-training", "deploy")]
+    out = []
+    for i, rec in enumerate(records):
+        if rec.get("kind") != "wait":
+            continue
+        start = next((j for j in range(i - 1, -1, -1) if records[j].get("kind") == "step"
+                      and records[j]["action"] == rec["action"]), None)
+        if start is None:
+            continue
+        host = command_time(records[start:i])
+        out.append((rec["action"], records[start]["step"], rec["elapsed_s"] - records[start]["elapsed_s"], host))
+    return out
+
+
 def demo_processes(needle: str, skip: set[int]) -> list[str]:
     """Processes (besides ours, ``skip`` and the tmux server, whose command line holds the session's)
     whose command line names ``needle``, the demo's folder."""
@@ -224,6 +257,10 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
         rec.wait_for(lambda f: re.search(r"step [0-9,]+/", f.text) is not None, "the training step", 240)
         rec.wait_for(lambda f: "serve ●" in f.text, "the serving host connected", 120)
 
+        # the eval pane (tab, tab: the focus moves to it, bringing it into view) opens on the comparison
+        keys("Tab", "Tab")
+        seeded = rec.wait_for(lambda f: "ours / z-lab" in f.text, "the seeded comparison", 30)
+
         # kill: the plan dialog with its buttons, then every step and the host's state
         keys("k")
         dialog = rec.wait_for(lambda f: "Kill training on train?" in f.text, "the kill dialog", 120)
@@ -271,6 +308,16 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
     assert running and not left, f"processes of the demo still running after q: {left}"
     assert "Cancel" in dialog.text and "Cancel" in plan.text and "Deploy and restart" in plan.text
     assert "▸ serve: serving DFLASH, draft window 16, healthy" in final.text
+
+    # the seeded comparison was on screen (issue 21): ours beside the z-lab baseline with the ratio
+    assert "ours / z-lab" in seeded.text and re.search(r"average .*\d+\.\d %", seeded.text), seeded.text
+    # honest step times (issue 21): the step before each dialog ends when the dialog opens, so its
+    # time is its commands' own time; the operator's reading time is a "waited" line of its own
+    padded = dialog_padding(lab / "audit.log")
+    assert {a for a, *_ in padded} == {"kill-training", "deploy"}, padded
+    for action, step, span, host in padded:
+        assert span - host <= 0.2, f"{action}: {step!r} took {span:.2f}s, its commands {host:.2f}s"
+    assert any("waited" in s and "for your confirmation" in s for s in (f.text for f in rec.frames))
 
     steps, times = audit_steps(lab / "audit.log")
     assert steps.get("kill-training") and steps.get("deploy"), steps

@@ -6,6 +6,7 @@ own injection points (the lab test in test_ui_actions.py drives them for real)."
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from textual.widgets import Button, Input, Select, Static
 
 import sample_data as sd
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
-from specconsole.actions.steps import StepEvent
+from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import parse_config
 from specconsole.ui.action_view import ActionPanel, ActionTrack
 from specconsole.ui.app import ConsoleApp
@@ -284,3 +285,64 @@ async def test_a_second_action_does_not_take_over_a_running_view(tmp_path: Path)
         app.action_emit(StepEvent("deploy", "done", "deployed", at=events[0].at + 2))
         app.open_action("eval", "Eval run", "serve")  # once it has finished, the next action takes the view
         assert panel.track.title == "Eval run" and panel.track.action == "eval"
+
+
+# ------------------------------------------------------------------------------ the operator's time (issue 21)
+
+def test_a_dialog_s_wait_is_no_step_s_time_but_a_line_of_its_own() -> None:
+    """A step ends when the dialog opens; the wait shows as "waited N s for ..." and the step after it
+    starts when the operator answers: no step's time (panel or event) includes the wait."""
+    got: list[StepEvent] = []
+    steps = Steps("deploy", got.append, host="serve")
+    steps.begin("discover algorithms")
+    time.sleep(0.05)
+    steps.hand_over("you to fill in the deploy form")
+    steps.hand_over("you to fill in the deploy form")  # a second hand-over changes nothing
+    time.sleep(1.5)
+    steps.begin("read the unit")
+    time.sleep(0.05)
+    steps.hand_over("your confirmation of the plan")
+    time.sleep(1.5)
+    steps.done("cancelled by the operator; nothing was changed")
+
+    kinds = [(e.kind, e.step) for e in got]
+    assert kinds == [("step", "discover algorithms"), ("wait", ""), ("waited", ""), ("step", "read the unit"),
+                     ("wait", ""), ("waited", ""), ("done", "")]
+    wait, waited = got[1], got[2]
+    assert wait.took_s is not None and wait.took_s < 0.5  # the step it closed: its own time
+    assert waited.took_s is not None and 1.5 <= waited.took_s < 2.0
+    assert waited.message == f"waited {waited.took_s:.1f} s for you to fill in the deploy form"
+    assert got[5].message.endswith("s for your confirmation of the plan")
+
+    track = ActionTrack("Deploy to serve", "serve", got[0].at, action="deploy")
+    for e in got[:4]:
+        track.feed(e)
+    assert [r.name for r in track.rows] == ["discover algorithms", got[2].message, "read the unit"]
+    for e in got[4:]:
+        track.feed(e)
+    steps_rows = [r for r in track.rows if not r.wait]
+    assert [r.name for r in steps_rows] == ["discover algorithms", "read the unit"]
+    assert all(r.elapsed(0) < 0.5 and r.state == "ok" for r in steps_rows), [r.elapsed(0) for r in steps_rows]
+    waits = [r for r in track.rows if r.wait]
+    assert [r.state for r in waits] == ["waited", "waited"] and all(1.5 <= r.elapsed(0) < 2.0 for r in waits)
+    lines = track.step_lines(got[-1].at)
+    assert lines[1] == f"[$text-muted]· {got[2].message}[/]"  # its own line, no step time column
+    assert "waited" not in lines[0] and "discover algorithms" in lines[0]
+    # the events say the same in the audit log's terms: each step ends at the next step/wait/done event
+    bounds = [e for e in got if e.kind in ("step", "wait", "done")]
+    for start, end in itertools.pairwise(bounds):
+        if start.kind == "step":
+            assert end.elapsed_s - start.elapsed_s < 0.5
+
+
+def test_a_dialog_still_open_shows_how_long_it_has_waited() -> None:
+    got: list[StepEvent] = []
+    steps = Steps("kill-training", got.append, host="train")
+    steps.begin("find the job")
+    steps.hand_over("your confirmation")
+    assert steps.waiting
+    track = ActionTrack("Kill training on train", "train", got[0].at, action="kill-training")
+    for e in got:
+        track.feed(e)
+    assert track.rows[-1].state == "waiting" and track.rows[0].state == "ok"
+    assert track.step_lines(got[-1].at + 3)[-1] == "[$text-muted]… waiting for your confirmation (3.0 s)[/]"

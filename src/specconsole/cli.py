@@ -154,11 +154,14 @@ async def _connected_host(config: Config, name: str | None, role: str, steps: St
     return cfg, host
 
 
-def _confirm(question: str, assume_yes: bool) -> bool:
+def _confirm(question: str, assume_yes: bool, steps: Steps) -> bool:
+    """Ask on the terminal; the time the question waits for the operator counts in no step (a
+    "waited N s for your confirmation" line follows the answer)."""
     if assume_yes:
         return True
     if not sys.stdin.isatty():
         raise SpecConsoleError(f"{question.rstrip('?')}: refusing without a terminal to confirm; pass --yes")
+    steps.hand_over("your confirmation")
     answer = input(f"{question} [y/N] ").strip().lower()
     return answer in ("y", "yes")
 
@@ -179,7 +182,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
         if plan.empty:
             (steps.failed if plan.refused else steps.done)(plan.describe()[0])
             return 1 if plan.refused else 0
-        if not _confirm(f"Kill these {len(plan.pids)} process(es) on {cfg.name}?", args.yes):
+        if not _confirm(f"Kill these {len(plan.pids)} process(es) on {cfg.name}?", args.yes, steps):
             steps.done("cancelled by the operator; nothing was changed")
             return 0
         assert cfg.training is not None
@@ -216,7 +219,7 @@ async def _deploy(args: argparse.Namespace) -> int:
         if args.dry_run:
             steps.done("dry run: nothing on the host was changed")
             return 0
-        if not _confirm(f"Deploy to {cfg.name} and restart {plan.unit.name}?", args.yes):
+        if not _confirm(f"Deploy to {cfg.name} and restart {plan.unit.name}?", args.yes, steps):
             steps.done("cancelled by the operator; nothing was changed")
             return 0
         require_audit(events, "deploy", allow_unaudited=args.no_audit)  # its writes failed meanwhile?

@@ -22,7 +22,8 @@ from specconsole.hosts.commands import Command, to_shell
 
 T = TypeVar("T")
 
-Kind = Literal["step", "command", "result", "heartbeat", "info", "warning", "error", "done", "failed"]
+Kind = Literal["step", "command", "result", "heartbeat", "info", "warning", "error", "done", "failed",
+               "wait", "waited"]
 
 #: During any wait a heartbeat follows this long after the last event: the promise is one status
 #: line at least every second, and the margin absorbs a busy event loop.
@@ -48,8 +49,9 @@ class StepEvent:
         where = f"{self.host}: " if self.host else ""
         step = f"{self.step}: " if self.step and self.kind not in ("step",) else ""
         mark = {"command": "$ ", "heartbeat": "… ", "warning": "! ", "error": "✗ ", "failed": "✗ ",
-                "done": "✓ "}.get(self.kind, "")
-        took = f" ({self.took_s:.2f}s)" if self.took_s is not None and self.kind != "result" else ""
+                "done": "✓ ", "wait": "· ", "waited": "· "}.get(self.kind, "")
+        took = f" ({self.took_s:.2f}s)" if self.took_s is not None and self.kind not in ("result", "wait", "waited") \
+            else ""
         return f"[{self.elapsed_s:6.1f}s] {where}{step}{mark}{self.message}{took}"
 
 
@@ -67,6 +69,7 @@ class Steps:
         self.step = ""
         self._step_t0 = self.t0
         self._last_at = self.t0  # when the last event was emitted (monotonic)
+        self._waiting: tuple[str, float] | None = None  # (for what, since when): the operator's turn
         self.events: list[StepEvent] = []
 
     def elapsed(self) -> float:
@@ -81,13 +84,42 @@ class Steps:
         return event
 
     def begin(self, step: str, message: str | None = None) -> None:
-        """Start a named step (closes the previous one's timing)."""
+        """Start a named step (closes the previous one's timing, or the operator's turn)."""
+        self.resume()
         self.step = step
         self._step_t0 = time.monotonic()
         self.emit("step", message or step)
 
     def step_took(self) -> float:
         return time.monotonic() - self._step_t0
+
+    @property
+    def waiting(self) -> bool:
+        """A dialog is waiting for the operator (between :meth:`hand_over` and :meth:`resume`)."""
+        return self._waiting is not None
+
+    def hand_over(self, what: str) -> None:
+        """The host's part is done and a dialog now waits for the operator (``what``: ``your
+        confirmation``). Closes the current step, so that no step's time counts the operator's
+        reading time: the ``wait`` event ends it (its ``took_s`` is that step's own time). The wait
+        ends at the next :meth:`begin`, :meth:`resume`, :meth:`done` or :meth:`failed`, which says
+        how long it was (a ``waited`` event). A second call while waiting changes nothing."""
+        if self._waiting is not None:
+            return
+        took = self.step_took() if self.step else None
+        self.step = ""
+        self._waiting = (what, time.monotonic())
+        self.emit("wait", f"waiting for {what}", took_s=took)
+
+    def resume(self) -> float | None:
+        """End the operator's turn (if one is open): a ``waited`` event with how long it took."""
+        if self._waiting is None:
+            return None
+        what, since = self._waiting
+        self._waiting = None
+        waited = time.monotonic() - since
+        self.emit("waited", f"waited {waited:.1f} s for {what}", took_s=waited)
+        return waited
 
     def info(self, message: str) -> None:
         self.emit("info", message)
@@ -99,9 +131,11 @@ class Steps:
         self.emit("error", message)
 
     def done(self, message: str) -> None:
+        self.resume()
         self.emit("done", message, took_s=self.elapsed())
 
     def failed(self, message: str) -> None:
+        self.resume()
         self.emit("failed", message, took_s=self.elapsed())
 
     async def run(self, host: Host, cmd: Command, *, timeout: float = 30.0, input: str | None = None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -95,8 +96,16 @@ class Comparison:
     def worst(self, i: int) -> str | None:
         return self._extreme(i, best=False)
 
-    def _extreme(self, i: int, *, best: bool) -> str | None:
-        valued = [(t, v) for t in self.tasks if (v := self.value(t, i)) is not None]
+    def best_ratio(self, i: int) -> str | None:
+        """The task where run ``i`` does best relative to the baseline (highest ratio; lowest for latency)."""
+        return self._extreme(i, best=True, of=self.ratio)
+
+    def worst_ratio(self, i: int) -> str | None:
+        return self._extreme(i, best=False, of=self.ratio)
+
+    def _extreme(self, i: int, *, best: bool, of: Callable[[str, int], float | None] | None = None) -> str | None:
+        get = of or self.value
+        valued = [(t, v) for t in self.tasks if (v := get(t, i)) is not None]
         if len(valued) < 2 or len({v for _, v in valued}) == 1:
             return None  # nothing to tell apart (e.g. vanilla: 1.0 everywhere)
         want_max = best == self.higher_is_better
@@ -179,6 +188,18 @@ def compare(runs: list[EvalRun], baseline: EvalRun | None = None, metric: str = 
     if len(set(ids)) < len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise CompareError(f"run {dup!r} is listed twice (fix: name each run once)")
+    return _build(cols, base, metric)
+
+
+def overview(run: EvalRun, metric: str = "acceptance_length") -> Comparison:
+    """One run on its own (no baseline, no ratio): its tasks, average and best/worst task for
+    ``metric``; the eval pane's table when a single run is selected."""
+    if metric not in METRICS:
+        raise CompareError(f"unknown metric {metric!r} (fix: use one of {', '.join(METRICS)})")
+    return _build([run], None, metric)
+
+
+def _build(cols: list[EvalRun], base: int | None, metric: str) -> Comparison:
     tasks: list[str] = []
     cells: dict[tuple[str, int], tuple[Status, float | None]] = {}
     for i, r in enumerate(cols):
@@ -196,7 +217,12 @@ def compare(runs: list[EvalRun], baseline: EvalRun | None = None, metric: str = 
 
 
 def fmt_value(cmp: Comparison, v: float | None) -> str:
-    return NA if v is None else _FORMATS[cmp.metric].format(v)
+    return fmt_metric(cmp.metric, v)
+
+
+def fmt_metric(metric: str, v: float | None) -> str:
+    """``v`` as ``metric``'s values are shown (``7.28``, ``1690.0``), ``n/a`` for none."""
+    return NA if v is None else _FORMATS[metric].format(v)
 
 
 def fmt_pct(v: float | None) -> str:

@@ -85,6 +85,7 @@ def _demo(args: argparse.Namespace) -> int:
             _say(f"demo: lab running; console config {lab.config_path}; Ctrl-C stops it")
             while True:
                 time.sleep(3600)
+        _seed_eval(lab.dir / "eval")
         from specconsole.config import load_config
         from specconsole.ui.app import run_console
 
@@ -98,6 +99,21 @@ def _demo(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         _say("demo: stopping everything the demo started")
         lab.down()
+
+
+def _seed_eval(results: Path) -> None:
+    """The demo's eval pane opens on the comparison: z-lab's baseline (imported from a file in its
+    benchmark format) and our checkpoint's run, both lab data, in the lab's own results folder
+    (the console reads it through $SPECCONSOLE_EVAL_RESULTS; an operator's own results stay untouched)."""
+    import os
+
+    from specconsole.eval.store import RESULTS_ENV
+    from specconsole.lab.eval_seed import seed
+
+    zlab, ours = seed(results)
+    os.environ[RESULTS_ENV] = str(results)
+    _say(f"demo: eval results in {results} (lab data, from the simulator's acceptance model): {zlab.label} "
+         f"imported from {zlab.source.get('imported_from', ['?'])[0]}, and {ours.label}")
 
 
 # ---------------------------------------------------------------------------------- lab

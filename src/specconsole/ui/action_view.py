@@ -23,7 +23,7 @@ from specconsole.actions.steps import StepEvent
 from specconsole.ui.format import escape
 
 #: Step marks: readable without colour.
-MARKS = {"running": "▶", "ok": "✓", "failed": "✗", "warning": "!"}
+MARKS = {"running": "▶", "ok": "✓", "failed": "✗", "warning": "!", "waiting": "…", "waited": "·"}
 NAME_WIDTH = 24
 
 
@@ -37,6 +37,7 @@ class StepRow:
     state: str = "running"  # running | ok | warning | failed
     command: str | None = None
     outcome: str | None = None
+    wait: bool = False      # not a step: the time a dialog waited for the operator (its own line)
 
     def elapsed(self, now: float) -> float:
         return max(0.0, (self.ended_at if self.ended_at is not None else now) - self.started_at)
@@ -66,17 +67,34 @@ class ActionTrack:
     def _row(self, name: str, at: float) -> StepRow:
         if self.rows and self.rows[-1].name == name and self.rows[-1].ended_at is None:
             return self.rows[-1]
-        if self.rows and self.rows[-1].ended_at is None:
-            self.rows[-1].ended_at = at
-            if self.rows[-1].state == "running":
-                self.rows[-1].state = "ok"
+        self._close(at)
         row = StepRow(name or "start", at)
         self.rows.append(row)
         return row
 
+    def _close(self, at: float) -> None:
+        if self.rows and self.rows[-1].ended_at is None:
+            last = self.rows[-1]
+            last.ended_at = at
+            if last.state == "running":
+                last.state = "ok"
+            elif last.state == "waiting":
+                last.state = "waited"
+
     def feed(self, event: StepEvent) -> None:
         self.count += 1
         self.started_at = min(self.started_at, event.at - event.elapsed_s)
+        if event.kind == "wait":  # the step before it ends here: the operator's time is no step's
+            self._close(event.at)
+            self.rows.append(StepRow(event.message, event.at, state="waiting", wait=True))
+            self.latest = event.message
+            return
+        if event.kind == "waited":
+            if self.rows and self.rows[-1].wait:
+                self.rows[-1].name = event.message
+            self._close(event.at)
+            self.latest = event.message
+            return
         if event.kind == "step":
             row = self._row(event.step or event.message, event.at)
             if event.message != row.name:
@@ -87,11 +105,12 @@ class ActionTrack:
             self.final = event
             if self.rows and self.rows[-1].ended_at is None:
                 last = self.rows[-1]
-                last.ended_at = event.at
-                last.state = "failed" if event.kind == "failed" else ("ok" if last.state == "running" else last.state)
+                self._close(event.at)
+                if event.kind == "failed" and not last.wait:
+                    last.state = "failed"
             self.latest = event.message
             return
-        name = event.step or (self.rows[-1].name if self.rows else "start")
+        name = event.step or next((r.name for r in reversed(self.rows) if not r.wait), "start")
         row = self._row(name, event.at)
         if event.kind == "command":
             row.command = event.message
@@ -117,6 +136,10 @@ class ActionTrack:
         """One markup line per step: mark, name, elapsed, ``$ command → outcome``."""
         out = []
         for row in self.rows:
+            if row.wait:  # the operator's time: a line of its own, no step time column
+                text = row.name if row.ended_at is not None else f"{row.name} ({row.elapsed(now):.1f} s)"
+                out.append(f"[$text-muted]{MARKS[row.state]} {escape(text)}[/]")
+                continue
             state = row.state if row.ended_at is not None or row.state != "running" else "running"
             mark = MARKS.get(state, "·")
             colour = {"ok": "$success", "failed": "$error", "warning": "$warning", "running": "$accent"}[state]

@@ -37,6 +37,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
 from textual.css.query import NoMatches
+from textual.notifications import Notification
 from textual.screen import ModalScreen, Screen
 from textual.theme import BUILTIN_THEMES
 from textual.timer import Timer
@@ -137,6 +138,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         self.fleet_nav = FleetNavigator(self)  # fleet view or host panes (issue 13)
         self._console_thread_id = threading.get_ident()
         self._action_running: str | None = None
+        self._echoes: list[Notification] = []  # toasts that repeat the action view (see ``echo``)
         self._cli_theme = theme
         super().__init__()
         self._install_bindings()
@@ -221,6 +223,7 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         if self.exit_guard is not None:
             self.exit_guard.install(self._signal_received)
         self.fleet.subscribe(self._fleet_changed)
+        self.screen_change_signal.subscribe(self, self._drop_echoes)
         if self._cli_theme and self._cli_theme != self.console_state.theme:
             self._remember_theme(self._cli_theme)
         self._refresh_timer = self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes,

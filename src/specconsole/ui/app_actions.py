@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from textual.app import App
 from textual.css.query import NoMatches
+from textual.notifications import Notification, Notify
+from textual.screen import ModalScreen
 from textual.widget import Widget
 
 from specconsole.actions.steps import Emit, StepEvent
@@ -112,16 +114,36 @@ class ActionsMixin(_AppBase):
         and this action reports in Events and toasts only."""
         panel = self.action_panel
         if panel.busy and panel.track is not None and panel.track.action != action:
-            self.notify(f"started; its steps are in Events (the action view follows {panel.track.title})",
-                        title=title, timeout=6)
+            self.echo(f"started; its steps are in Events (the action view follows {panel.track.title})",
+                      title=title, timeout=6)
             return panel
         panel.start(action, title, host, self.clock(), state)
-        self.notify("started; its steps are in the action view below", title=title, timeout=4)
+        self.echo("started; its steps are in the action view below", title=title, timeout=4)
         if scroll_to:
             target = self._one(Widget, f".{scroll_to}-pane")
             if target is not None:
                 self.call_after_refresh(target.scroll_visible, animate=False)
         return panel
+
+    _echoes: list[Notification]
+
+    def echo(self, message: str, *, title: str, timeout: float) -> None:
+        """A toast that repeats what the action view shows ("started"): none while a dialog is open,
+        and taken down when one opens (a toast sits over the dialog's right half, hiding its fields)."""
+        if isinstance(self.screen, ModalScreen):
+            return
+        note = Notification(message, title, "information", timeout)
+        self._echoes = [n for n in self._echoes if not n.has_expired] + [note]
+        self.post_message(Notify(note))
+
+    def _drop_echoes(self, screen: Screen[Any]) -> None:
+        """A dialog opened: take down the toasts that only repeat the action view (hidden behind it)."""
+        if not isinstance(screen, ModalScreen):
+            return
+        for note in self._echoes:
+            if note in self._notifications:
+                self._unnotify(note)  # Textual has no public call to take one toast down
+        self._echoes = []
 
     def action_emit(self, event: StepEvent) -> None:
         """A step event of a running action: into the action view (when it is the one shown); a toast

@@ -3,10 +3,14 @@
 A self-contained widget: ``EvalPane(store=ResultStore())``; the app reacts to its messages.
 
 * left: the stored runs (a :class:`SelectionList`; space toggles a run, ``b`` makes the highlighted
-  run the baseline, marked ★). Two or more selected runs fill the table.
-* right: the comparison (:func:`specconsole.eval.compare.compare`): a row per task, the average
-  row, a ``run / baseline`` column in % per run, the best task of each run in the success colour
-  and the worst in the error colour, and a "tok/s vs vanilla" row when a vanilla run is selected.
+  run the baseline, marked ★).
+* right, one run selected: its per-task table (:func:`specconsole.eval.compare.overview`): task,
+  acceptance length, tokens/s, latency, the average row; best/worst task by the chosen metric.
+* right, two or more: the comparison (:func:`specconsole.eval.compare.compare`): a row per task,
+  the average row, a ``run / baseline`` column in % per run, the best task of each run in the
+  success colour and the worst in the error colour (in the ratio columns too: where the run is
+  closest to and furthest from the baseline), and a "tok/s vs vanilla" row when a vanilla run is
+  selected. The average row comes first and stays pinned while the tasks scroll.
 * bottom: the live progress of a run: one line per task from the runner's step events.
 
 ``e`` posts :class:`EvalPane.RunRequested`; the app handles it (``on_eval_pane_run_requested``)
@@ -36,9 +40,11 @@ from specconsole.eval.compare import (
     Comparison,
     cell_text,
     compare,
+    fmt_metric,
     fmt_pct,
     fmt_speedup,
     fmt_value,
+    overview,
 )
 from specconsole.eval.store import METRICS, EvalRun, ResultStore, TaskResult
 from specconsole.ui.format import escape
@@ -48,6 +54,8 @@ OnResult = Callable[[TaskResult, int, int], None]
 StartRun = Callable[[Emit, OnResult], Awaitable[EvalRun]]
 
 AVERAGE_ROW = "__average__"
+#: Column headers of the one-run table.
+METRIC_COLUMNS = {"acceptance_length": "accept len", "tokens_per_s": "tok/s", "latency_s": "latency s"}
 VANILLA_ROW = "__vanilla__"
 LOG_LINES = 200
 #: How often the results folder is checked for runs saved or imported by another process.
@@ -116,6 +124,8 @@ class EvalPane(Vertical):
                 yield SelectionList[str](id="eval-run-list")
             with Vertical(id="eval-main"):
                 yield Static("", id="eval-title")
+                # the average row comes first and stays pinned (fixed_rows, set once it exists: an
+                # empty table with a fixed row fails in Textual) while the tasks scroll under it
                 table: DataTable[Any] = DataTable(id="eval-table", cursor_type="row", zebra_stripes=True,
                                                   fixed_columns=1)
                 yield table
@@ -250,50 +260,47 @@ class EvalPane(Vertical):
         title = self.query_one("#eval-title", Static)
         legend = self.query_one("#eval-legend", Static)
         runs = self.selected
+        table.fixed_rows = 0
         table.clear(columns=True)
-        if len(runs) < 2:
+        if not runs:
             self.comparison = None
             where = escape(str(self.store.root))
             if not self.runs:
                 title.update(f"No eval runs in {where} yet: press [b]e[/] to measure the current deployment, "
                              "or `specconsole eval import FILE`.")
             else:
-                title.update("Select two or more runs to compare them.")
+                title.update("Select a run ([b]space[/]) to see its tasks; two or more to compare them.")
             legend.update("")
+            return
+        if len(runs) == 1:
+            self._fill_single(table, title, legend, runs[0])
             return
         base = self._effective_baseline(runs)
         others = [r for r in runs if base is None or r.id != base.id]
         ordered = [*others, base] if base is not None else others
         cmp = compare(ordered, base, self.metric)
         self.comparison = cmp
-        variables = self.app.get_css_variables() if self.is_mounted else {}
-        good = variables.get("success", "green")
-        bad = variables.get("error", "red")
         table.add_column("task", key="task")
         for i, r in enumerate(cmp.runs):
             table.add_column(_column_title(cmp, i), key=r.id)  # short names; the legend has the labels
         for i in cmp.ratio_columns:
             table.add_column(cmp.ratio_header(i), key=f"ratio:{cmp.runs[i].id}")
-        best = [cmp.best(i) for i in range(len(cmp.runs))]
-        worst = [cmp.worst(i) for i in range(len(cmp.runs))]
-        for task in cmp.tasks:
-            cells: list[Any] = [task]
-            for i in range(len(cmp.runs)):
-                text = cell_text(cmp, task, i)
-                if best[i] == task:
-                    cells.append(Text(f"{text} ▲", style=f"bold {good}", justify="right"))
-                elif worst[i] == task:
-                    cells.append(Text(f"{text} ▼", style=f"bold {bad}", justify="right"))
-                elif text == FAILED:
-                    cells.append(Text(text, style=bad, justify="right"))
-                else:
-                    cells.append(Text(text, justify="right"))
-            cells.extend(Text(fmt_pct(cmp.ratio(task, i)), justify="right") for i in cmp.ratio_columns)
-            table.add_row(*cells, key=task)
         avg: list[Any] = [Text("average", style="bold")]
         avg.extend(Text(fmt_value(cmp, cmp.average(i)), style="bold", justify="right") for i in range(len(cmp.runs)))
         avg.extend(Text(fmt_pct(cmp.average_ratio(i)), style="bold", justify="right") for i in cmp.ratio_columns)
         table.add_row(*avg, key=AVERAGE_ROW)
+        table.fixed_rows = 1
+        best = [cmp.best(i) for i in range(len(cmp.runs))]
+        worst = [cmp.worst(i) for i in range(len(cmp.runs))]
+        best_ratio = {i: cmp.best_ratio(i) for i in cmp.ratio_columns}
+        worst_ratio = {i: cmp.worst_ratio(i) for i in cmp.ratio_columns}
+        for task in cmp.tasks:
+            cells: list[Any] = [task]
+            for i in range(len(cmp.runs)):
+                cells.append(self._marked(cell_text(cmp, task, i), task, best[i], worst[i]))
+            cells.extend(self._marked(fmt_pct(cmp.ratio(task, i)), task, best_ratio[i], worst_ratio[i])
+                         for i in cmp.ratio_columns)
+            table.add_row(*cells, key=task)
         if cmp.vanilla is not None:
             row: list[Any] = [Text("tok/s vs vanilla", style="italic")]
             row.extend(Text("1.00×" if i == cmp.vanilla else fmt_speedup(cmp.average_speedup(i)), justify="right")
@@ -308,6 +315,43 @@ class EvalPane(Vertical):
         legend.update(escape("average = mean of each run's ok tasks; ▲ best, ▼ worst task per run; "
                              "ratio = run / baseline") + (escape("; tok/s vs vanilla = speedup in tokens/s")
                                                           if cmp.vanilla is not None else ""))
+
+    def _marked(self, text: str, task: str, best: str | None, worst: str | None) -> Text:
+        """A cell: ▲ and the success colour on the best task, ▼ and the error colour on the worst."""
+        variables = self.app.get_css_variables() if self.is_mounted else {}
+        if best == task:
+            return Text(f"{text} ▲", style=f"bold {variables.get('success', 'green')}", justify="right")
+        if worst == task:
+            return Text(f"{text} ▼", style=f"bold {variables.get('error', 'red')}", justify="right")
+        if text == FAILED:
+            return Text(text, style=variables.get("error", "red"), justify="right")
+        return Text(text, justify="right")
+
+    def _fill_single(self, table: DataTable[Any], title: Static, legend: Static, run: EvalRun) -> None:
+        """One run selected: its per-task table at once (every metric; ▲▼ by the chosen metric)."""
+        cmp = overview(run, self.metric)
+        self.comparison = cmp
+        table.add_column("task", key="task")
+        for m in METRICS:
+            table.add_column(("▸ " if m == self.metric else "") + METRIC_COLUMNS[m], key=m)
+        table.add_row(Text("average", style="bold"), *(Text(fmt_metric(m, run.average(m)), style="bold",
+                                                            justify="right") for m in METRICS), key=AVERAGE_ROW)
+        table.fixed_rows = 1
+        best, worst = cmp.best(0), cmp.worst(0)
+        for task in cmp.tasks:
+            result = run.task(task)
+            cells: list[Any] = [task]
+            for m in METRICS:
+                text = FAILED if result is not None and not result.ok else \
+                    fmt_metric(m, result.value(m) if result is not None else None)
+                cells.append(self._marked(text, task, best, worst) if m == self.metric else
+                             Text(text, justify="right"))
+            table.add_row(*cells, key=task)
+        star = "★ " if run.id == self.baseline_id else ""
+        title.update(f"[b]{escape(star + run.label)}[/]  ·  {escape(run.deployment.short())}  ·  "
+                     f"{escape(run.created_at[:16])}")
+        legend.update(escape(f"▲ best, ▼ worst task by {METRIC_COLUMNS[self.metric]} (m: metric); "
+                             "select another run (space) or mark a baseline (b) to compare"))
 
     # -- live progress --------------------------------------------------------------------
     def _log(self, line: str) -> None:

@@ -129,6 +129,7 @@ async def kill_training_flow(app: ConsoleApp) -> None:
         if plan.empty:
             steps.done(plan.describe()[0])
             return
+        steps.hand_over("your confirmation")  # the dialog's time is the operator's, no step's
         if not await app.confirm(f"Kill training on {cfg.name}?", "\n".join(plan.describe()),
                                  f"Kill {len(plan.pids)} processes"):
             steps.done("cancelled by the operator; nothing was changed")
@@ -159,14 +160,23 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
         steps.failed(str(err))
         return
 
+    # While the form is open its time is the operator's, except while discovery or preflight runs
+    # (their steps begin and end the operator's turn); the plan dialog's time is the operator's.
+    form_wait = "you to fill in the deploy form"
+
     async def discover() -> list[str]:
-        return await discover_algorithms(host, cfg, steps)
+        try:
+            return await discover_algorithms(host, cfg, steps)
+        finally:
+            if isinstance(app.screen, DeployForm) and not app.screen.busy:  # not while preflight runs
+                steps.hand_over(form_wait)
 
     async def check(request: DeployRequest) -> DeployPlan:
         try:
             return await preflight(host, cfg, request, steps)
         except SpecConsoleError as err:
             steps.warn(f"refused: {err}; nothing was changed (the form stays open)")
+            steps.hand_over(form_wait)
             raise
 
     status = app.statuses().get(cfg.name)
@@ -183,6 +193,7 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
         if not plan.changes:
             steps.done("the unit already has these settings; nothing to deploy")
             return
+        steps.hand_over("your confirmation of the plan")
         if not await app.push_screen_wait(PlanScreen(plan)):
             steps.done("cancelled by the operator; nothing was changed")
             return
