@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, SelectionList, Static
 
+from conftest import shared_sglang_judge
 from specconsole.eval.cli import start_eval
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
 from specconsole.lab.simlab import SimServer, dflash_draft_dir
@@ -24,6 +25,12 @@ from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
 
 pytestmark = pytest.mark.timeout(60)
 
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _sglang_judge() -> None:
+    """The simulators these tests start ask the session's warm real-SGLang judge (not a cold import each)."""
+    shared_sglang_judge()
 
 def _run(run_id: str, label: str, when: str, values: dict[str, float], algo: str | None = "DDTREE",
          tps: dict[str, float] | None = None) -> EvalRun:

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import shared_sglang_judge
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import parse_config
 from specconsole.errors import SpecConsoleError
@@ -28,6 +29,12 @@ from specconsole.sglang import SglangClient
 
 pytestmark = pytest.mark.timeout(60)
 
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _sglang_judge() -> None:
+    """The simulators these tests start ask the session's warm real-SGLang judge (not a cold import each)."""
+    shared_sglang_judge()
 
 @pytest.fixture(scope="module")
 def draft(tmp_path_factory: pytest.TempPathFactory) -> str:

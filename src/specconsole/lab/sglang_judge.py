@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -81,9 +82,12 @@ def ask(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | None =
     python = os.environ.get(PYTHON_ENV) or sglang_python()
     if not python:
         raise JudgeUnavailable(missing_message())
+    from specconsole.lab.environment import judge_env  # the lab's, as its warm judge has (no import cycle here)
+
+    lab_env = judge_env(Path(tempfile.gettempdir()) / "specconsole-hf-home")
     proc = subprocess.run([python, "-", *argv], input=_ARGCHECK.read_text("utf-8"), capture_output=True,
                           text=True, timeout=timeout_s, cwd=where,
-                          env={**os.environ, **extra, "SPECCONSOLE_ARGCHECK_FULL": "1",
+                          env={**lab_env, **os.environ, **extra, "SPECCONSOLE_ARGCHECK_FULL": "1",
                                "HF_HUB_OFFLINE": "1"})
     return _answer(proc.stdout, proc.stderr)
 
