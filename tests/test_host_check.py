@@ -138,6 +138,22 @@ async def test_a_launcher_that_is_not_python_falls_back_to_the_built_in_rules_in
         assert "is not a Python script (#!/bin/sh)" in warns[0] and "the built-in rules decide" in warns[0]
         assert plan.host_verdict is not None and plan.host_verdict.verdict == "unavailable"
 
+        # the review's finding: a unit with --decode-attention-backend fa3 (and --attention-backend triton) passed
+        # preflight for a DDTree full tree, restarted, and SGLang's DDTree refused it at start-up
+        unit = lab.unit_path
+        unit.write_text(unit.read_text().replace(" --enable-metrics", " --enable-metrics --attention-backend triton "
+                                                 "--decode-attention-backend fa3"))
+        lab._systemctl("daemon-reload")
+        before, started = unit_digest(lab), server_info(lab)["startup_time"]
+        host, cfg = await connect(lab)
+        try:
+            with pytest.raises(DeployRefused, match="sets --decode-attention-backend fa3"):
+                await preflight(host, cfg, DeployRequest(algorithm="DDTREE", tree_budget=32),
+                                Steps("deploy", lambda _e: None, host="serve"))
+        finally:
+            await host.close()
+        assert unit_digest(lab) == before and server_info(lab)["startup_time"] == started  # nothing restarted
+
 
 def test_verdict_lines() -> None:
     def res(stdout: str, status: int = 0, stderr: str = "") -> CommandResult:

@@ -346,3 +346,15 @@ def test_a_dialog_still_open_shows_how_long_it_has_waited() -> None:
         track.feed(e)
     assert track.rows[-1].state == "waiting" and track.rows[0].state == "ok"
     assert track.step_lines(got[-1].at + 3)[-1] == "[$text-muted]… waiting for your confirmation (3.0 s)[/]"
+
+
+def test_steps_that_do_not_fit_are_named_on_one_line_and_the_latest_stays_in_view() -> None:
+    track = ActionTrack("Deploy to serve", "serve", 0.0, action="deploy")
+    names = ["read the unit", "SGLang flags", "draft model", "constraints", "lock", "restart", "verify"]
+    for i, name in enumerate(names):
+        track.feed(StepEvent("deploy", "step", f"doing {name}", step=name, at=float(i)))
+    assert len(track.step_lines(10.0)) == 7 and len(track.step_lines(10.0, 7)) == 7  # all fit: unchanged
+    lines = track.step_lines(10.0, 4)
+    assert len(lines) == 4
+    assert "4 earlier: read the unit, SGLang flags, draft model, constraints" in lines[0]
+    assert "lock" in lines[1] and "verify" in lines[-1]

@@ -132,8 +132,22 @@ class ActionTrack:
         took = self.final.at - self.started_at
         return f"done in {took:.1f}s" if self.ok else f"FAILED after {took:.1f}s"
 
-    def step_lines(self, now: float) -> list[str]:
-        """One markup line per step: mark, name, elapsed, ``$ command → outcome``."""
+    def step_lines(self, now: float, limit: int | None = None) -> list[str]:
+        """One markup line per step: mark, name, elapsed, ``$ command → outcome``. With ``limit``
+        and more steps than that, the earliest ones are named on one line instead (``✓ 6 earlier:
+        read the unit, SGLang flags, …``), so that the latest step is always in view and every
+        step's name is on screen at some point, however fast it was."""
+        out = self._lines(now)
+        if limit is None or len(out) <= limit:
+            return out
+        cut = len(out) - max(1, limit) + 1
+        hidden = [r for r in self.rows[:cut] if not r.wait]  # the operator's waits are no steps
+        failed = any(r.state == "failed" for r in hidden)
+        mark = f"[b $error]{MARKS['failed']}[/]" if failed else f"[b $success]{MARKS['ok']}[/]"
+        names = escape(", ".join(r.name for r in hidden))
+        return [f"{mark} [$text-muted]{len(hidden)} earlier: {names}[/]", *out[cut:]]
+
+    def _lines(self, now: float) -> list[str]:
         out = []
         for row in self.rows:
             if row.wait:  # the operator's time: a line of its own, no step time column
@@ -216,14 +230,17 @@ class ActionPanel(Vertical):
         self.border_subtitle = "esc: close · history in Events" if track.finished else "live"
         self.set_class(track.finished and not track.ok, "-failed")
         self.set_class(track.finished and track.ok, "-ok")
-        self.query_one("#action-steps", Static).update("\n".join(track.step_lines(now)) or "starting…")
         latest = track.latest
+        latest_rows = (2 if len(latest) > self.size.width - 8 else 1) if latest else 0
+        state = self.state_line
+        tall = self.screen.has_class("-tall") if self.is_attached else False
+        wanted = len(track.rows) + max(1, latest_rows) + 3
+        height = max(6, min(16 if tall else 12, wanted))
+        rows = height - 2 - latest_rows - (1 if state else 0)  # inside the border, above the last lines
+        self.query_one("#action-steps", Static).update("\n".join(track.step_lines(now, rows)) or "starting…")
         mark = "✓ " if track.ok else ("✗ " if track.finished else "… ")
         self.query_one("#action-latest", Static).update(f"[$text-muted]{escape(mark + latest)}[/]" if latest else "")
-        self.query_one("#action-state", Static).update(f"[b]▸ {escape(self.state_line)}[/]" if self.state_line else "")
-        tall = self.screen.has_class("-tall") if self.is_attached else False
-        wanted = len(track.rows) + (2 if len(latest) > self.size.width - 8 else 1) + 3
-        height = max(6, min(16 if tall else 12, wanted))
+        self.query_one("#action-state", Static).update(f"[b]▸ {escape(state)}[/]" if state else "")
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
         if track.count != self._shown_count:
