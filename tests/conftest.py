@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -63,6 +64,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _own_eval_results(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never read or write the user's eval results."""
     monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(tmp_path_factory.mktemp("eval-results")))
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP port that records whether anything connected to it (a command that must contact no host)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    sock.setblocking(False)
+    yield sock
+    sock.close()
 
 
 def _need_sshd() -> None:

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,17 +28,6 @@ from specconsole.ui.themes import BUNDLED_DIR, load_themes
 def unwritable(tmp_path: Path) -> Path:
     (tmp_path / "not-a-folder").write_text("a file, not a folder\n")
     return tmp_path / "not-a-folder" / "audit.log"
-
-
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    """A TCP port that records whether anything connected to it."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    sock.setblocking(False)
-    yield sock
-    sock.close()
 
 
 def config_text(audit_log: Path, port: int) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,6 @@ import pytest
 from specconsole.config import parse_config
 from specconsole.errors import ConfigError
 from specconsole.validation import Invalid, option_value
-
-
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    """A TCP port that records whether anything connected to it."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    sock.setblocking(False)
-    yield sock
-    sock.close()
 
 
 def config_for(tmp_path: Path, port: int) -> Path:

@@ -255,16 +255,14 @@ async def _host_check(host: Host, cfg: HostConfig, unit: ServiceUnit, cli: Sglan
     prefix = Argv.parse(argv, cli).prefix
     verdict = await host_check.check(host, steps, unit, prefix, argv[len(prefix):])
     if verdict.verdict == "refused":
-        who = f"SGLang {verdict.version}" if verdict.version else "SGLang"
-        raise DeployRefused(f"{who} on {cfg.name} refuses the planned command line: {verdict.message} (asked "
+        raise DeployRefused(f"{verdict.who} on {cfg.name} refuses the planned command line: {verdict.message} (asked "
                             f"`{verdict.python} -` with the unit's environment; the exact command is in the step "
                             f"log); nothing was changed")
     if verdict.verdict == "unavailable":
         steps.warn(f"SGLang's own check cannot run on {cfg.name}: {verdict.message}; the built-in rules decide "
                    f"(--no-host-check skips the check)")
     else:
-        steps.info(f"SGLang {verdict.version or ''} accepts it: {resolved_summary(verdict.resolved)}"
-                   .replace("SGLang  ", "SGLang "))
+        steps.info(f"{verdict.who} accepts it: {resolved_summary(verdict.resolved)}")
         for w in verdict.warnings[:5]:
             steps.info(f"SGLang says: {w}")
     return verdict

@@ -149,8 +149,7 @@ class DeployPlan:
             return ["  SGLang's own check: skipped (--no-host-check); only the built-in rules were checked"]
         if not v.accepted:
             return [f"  SGLang's own check: could not run ({v.message}); the built-in rules decided"]
-        who = f"SGLang {v.version}" if v.version else "SGLang"
-        return [f"  {who} on {self.host} accepts the new command line and resolves: {resolved_summary(v.resolved)}"]
+        return [f"  {v.who} on {self.host} accepts the new command line and resolves: {resolved_summary(v.resolved)}"]
 
 
 def resolved_summary(resolved: dict[str, Any]) -> str:

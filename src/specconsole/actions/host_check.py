@@ -49,18 +49,24 @@ class HostVerdict:
     def accepted(self) -> bool:
         return self.verdict == "accepted"
 
+    @property
+    def who(self) -> str:
+        """``SGLang 0.5.23`` (or ``SGLang`` when the check did not learn the version)."""
+        return f"SGLang {self.version}" if self.version else "SGLang"
+
 
 def script_text() -> str:
     return resources.files("specconsole.sglang").joinpath("argcheck.py").read_text(encoding="utf-8")
 
 
 def _working_directory(unit: ServiceUnit) -> str:
+    """The unit's ``WorkingDirectory`` (the last one set; ``-`` prefix dropped), else systemd's ``/``."""
     value = "/"
     for f in unit.files:
         for section, key, val in f.entries:
             if section == "Service" and key == "WorkingDirectory" and val.strip():
                 value = val.strip().lstrip("-")
-    return "~" if value == "~" else value
+    return value
 
 
 def parse_shebang(head: str) -> list[str] | None:

@@ -92,7 +92,8 @@ def ask(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | None =
     return _answer(proc.stdout, proc.stderr)
 
 
-def _ask_socket(path: str, question: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def _exchange(path: str, question: dict[str, Any], timeout_s: float | None) -> str:
+    """Send one question to the judge on ``path``; its whole answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout_s)
         s.connect(path)
@@ -103,7 +104,11 @@ def _ask_socket(path: str, question: dict[str, Any], timeout_s: float) -> dict[s
             if not data:
                 break
             chunks.append(data)
-    return _answer(b"".join(chunks).decode("utf-8", "replace"), "")
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _ask_socket(path: str, question: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    return _answer(_exchange(path, question, timeout_s), "")
 
 
 def _answer(stdout: str, stderr: str) -> dict[str, Any]:
@@ -195,16 +200,7 @@ def python_main(real_python: str) -> int:
         os.execv(real_python, [real_python, *args])
     question = {"script": sys.stdin.read(), "argv": args[1:], "env": dict(os.environ), "cwd": os.getcwd()}
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.connect(path)
-            s.sendall(json.dumps(question).encode() + b"\n")
-            chunks = []
-            while True:
-                data = s.recv(65536)
-                if not data:
-                    break
-                chunks.append(data)
-        answer = json.loads(b"".join(chunks).decode("utf-8"))
+        answer = json.loads(_exchange(path, question, None))
     except (OSError, ValueError) as err:
         sys.stderr.write(f"lab python-sglang: the warm SGLang judge on {path} did not answer ({err})\n")
         return 1

@@ -71,7 +71,7 @@ class PlanScreen(ConfirmScreen):
                      + ("\n".join(rows) or "(none)"), classes="plan-flags")
         verdict = plan.host_verdict
         if verdict is not None:
-            who = escape(f"SGLang {verdict.version}" if verdict.version else "SGLang")
+            who = escape(verdict.who)
             said = (f"[b]{who} on {escape(plan.host)} resolves[/]: {escape(resolved_summary(verdict.resolved))}"
                     if verdict.accepted else f"[$warning]SGLang's own check could not run: "
                     f"{escape(verdict.message)}; the built-in rules decided[/]")
