@@ -10,7 +10,8 @@ DIR=$(mktemp -d /tmp/specconsole-smoke.XXXXXX)/demo/state
 S=specconsole-smoke-$$
 QUICK=${1:-}
 say() { echo "[$(date +%H:%M:%S)] smoke: $*"; }
-screen() { tmux capture-pane -p -t "$S" -S -60; }
+tm() { tmux -L "$S" -f /dev/null "$@"; }  # a tmux server of its own: no other session or option touches it
+screen() { tm capture-pane -p -t "$S" -S -60; }
 wait_for() {  # wait_for PATTERN SECONDS WHAT
   local deadline=$((SECONDS + $2))
   while [ $SECONDS -lt $deadline ]; do
@@ -20,27 +21,27 @@ wait_for() {  # wait_for PATTERN SECONDS WHAT
   say "FAILED waiting ${2}s for $3 (/$1/); the screen was:"; screen; return 1
 }
 cleanup() {
-  tmux kill-session -t "$S" 2>/dev/null || true
+  tm kill-server 2>/dev/null || true
   "$SC" lab down --dir "$DIR" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
-say "starting the demo in tmux session $S (160x48), lab in $DIR"
-tmux new-session -d -s "$S" -x 160 -y 48 "$SC demo --dir $DIR --sglang-startup 1; echo DEMO-EXITED \$?; sleep 600"
+say "starting the demo in tmux session $S (160x48, tmux -L $S), lab in $DIR"
+tm new-session -d -s "$S" -x 160 -y 48 "$SC demo --dir $DIR --sglang-startup 1; echo DEMO-EXITED \$?; sleep 600"
 wait_for "H200" 120 "GPU rows"
 wait_for "gen [0-9.]+k? tok/s" 60 "tokens/s on the serving pane"
 wait_for "step [0-9,]+/" 90 "the training step"
 if [ "$QUICK" != "--quick" ]; then
-  tmux send-keys -t "$S" k
+  tm send-keys -t "$S" k
   wait_for "Kill training on train\?" 60 "the kill dialog"
-  tmux send-keys -t "$S" Tab Enter
+  tm send-keys -t "$S" Tab Enter
   wait_for "training job stopped on train" 90 "the job stopped"
-  tmux send-keys -t "$S" d
+  tm send-keys -t "$S" d
   wait_for "DFLASH draft window" 30 "the deploy form"
   wait_for "algorithms from the host|offering" 60 "the algorithm choices"
-  for _ in 1 2 3 4; do tmux send-keys -t "$S" Enter; sleep 0.3; done  # Enter: field by field, then Plan
+  for _ in 1 2 3 4; do tm send-keys -t "$S" Enter; sleep 0.3; done  # Enter: field by field, then Plan
   wait_for "Deploy to serve\?" 60 "the deploy plan"
-  tmux send-keys -t "$S" Tab Enter
+  tm send-keys -t "$S" Tab Enter
   wait_for "deployed: " 120 "the deploy to finish"
   PORT=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['sglang_port'])" "$DIR/state.json")
   INFO=$(python3 -c "import urllib.request,sys; print(urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/server_info').read().decode())" "$PORT")
@@ -49,7 +50,7 @@ if [ "$QUICK" != "--quick" ]; then
   say "/server_info: DFLASH, draft window 16"
   wait_for "window 16" 30 "the serving pane reporting window 16"
 fi
-tmux send-keys -t "$S" q
+tm send-keys -t "$S" q
 wait_for "DEMO-EXITED 0" 60 "the demo to exit cleanly"
 sleep 1
 LEFT=$(python3 - "$DIR" "$$" <<'PY'

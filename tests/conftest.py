@@ -5,9 +5,10 @@
 :func:`running_lab`: THE way a test builds a lab of its own (a fixture's ``yield from``).
 :class:`wait_for`: THE polling wait, for plain and async tests alike.
 
-Every test that starts lab parts (sshd, systemctl, torchrun, tmux) is marked ``lab``, so
-``pytest -m "not lab"`` is the fast inner loop: the tests using the fixtures above, plus
-:data:`LAB_TESTS`, which start them on their own.
+Every test that starts lab parts (sshd, systemctl, torchrun, tmux) asks for the ``lab_parts``
+fixture (a lab fixture asks for it on its tests' behalf), which marks it ``lab``, so
+``pytest -m "not lab"`` is the fast inner loop. Tests that assert time bounds are marked
+``serial``: scripts/test.sh runs them alone after the parallel part.
 """
 
 from __future__ import annotations
@@ -26,38 +27,31 @@ from specconsole.lab.environment import Lab, LabOptions
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
-LAB_FIXTURES = frozenset({"lab", "lab_hosts"})
-#: Node-id prefixes (below tests/) of tests that start lab parts without those fixtures (a fixture
-#: that builds its lab with :func:`running_lab` marks its tests by itself).
-LAB_TESTS = (
-    "test_lab_environment.py",  # starts and stops labs itself
-    "test_tmux_smoke.py",  # the demo in tmux
-    "test_tmux_story.py",  # the demo in tmux
-    "test_sighup_restore.py",  # the console in tmux
-    "test_lab_trainer.py::test_torchrun_",  # a real torchrun job
-    "test_status_cli.py::test_lab_cli_",  # `specconsole lab up` / `down`
-)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--serial-part", choices=("all", "skip", "only"), default="all",
+                     help="tests marked serial (they assert time bounds): run them too (all), leave them out "
+                          "(skip: the parallel part of scripts/test.sh) or run only them (only)")
 
 
-def _starts_lab(func: Any, depth: int = 2) -> bool:
-    """Whether a fixture's function builds a lab with :func:`running_lab` (itself or through a helper)."""
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return False
-    if "running_lab" in code.co_names:
-        return True
-    helpers = (func.__globals__.get(name) for name in code.co_names)
-    return depth > 0 and any(callable(h) and _starts_lab(h, depth - 1) for h in helpers)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``lab`` every test that uses :func:`lab_parts` (directly or through a lab fixture); keep or
+    leave out the ``serial`` tests as ``--serial-part`` says."""
     for item in items:
-        node = item.nodeid.removeprefix("tests/")
-        names = set(getattr(item, "fixturenames", ()))
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        own_lab = any(_starts_lab(d.func) for name in names for d in defs.get(name, ()))
-        if LAB_FIXTURES & names or own_lab or node.startswith(LAB_TESTS):
+        if "lab_parts" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
+    part = config.getoption("--serial-part")
+    if part == "all":
+        return
+    keep = [i for i in items if (i.get_closest_marker("serial") is not None) == (part == "only")]
+    config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+    items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def lab_parts() -> None:
+    """Says "this starts lab parts (sshd, systemctl, torchrun, tmux)": every fixture built on
+    :func:`running_lab` asks for it, and so does a test that starts them itself, which marks
+    them ``lab`` (``pytest -m "not lab"`` is the fast inner loop)."""
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +78,7 @@ def _need_sshd() -> None:
 
 
 @pytest.fixture
-def lab_hosts(tmp_path: Path) -> Iterator[Lab]:
+def lab_hosts(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     """Two fresh SSH hosts (train, serve) with no training job and no SGLang."""
     yield from running_lab(tmp_path / "lab", LabOptions(trainer=False, sglang=False))
 
@@ -97,7 +91,7 @@ FAST_LAB = LabOptions(
 
 
 @pytest.fixture(scope="session")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """The whole lab, shared by the session: do not break it (use lab_hosts for that)."""
     yield from running_lab(tmp_path_factory.mktemp("session") / "lab", FAST_LAB)
 

@@ -31,13 +31,13 @@ def _serve_lab(path: Path) -> Iterator[Lab]:
 
 
 @pytest.fixture
-def serve_lab(tmp_path: Path) -> Iterator[Lab]:
+def serve_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     """A serving host of the test's own: deploys change it."""
     yield from _serve_lab(tmp_path / "lab")
 
 
 @pytest.fixture(scope="module")
-def unchanged_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def unchanged_lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """Shared by the tests that prove nothing changes (each asserts the unit's checksum)."""
     yield from _serve_lab(tmp_path_factory.mktemp("deploy-readonly") / "lab")
 

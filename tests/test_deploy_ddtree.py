@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_sglang_judge
+from conftest import running_lab
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.lab.environment import Lab, LabOptions
@@ -26,24 +26,18 @@ DDTREE16 = DeployRequest(algorithm="DDTREE", block_size=16, tree_budget=32, heal
 
 
 def _lab(path: Path, version: str) -> Iterator[Lab]:
-    shared_sglang_judge()
-    lab = Lab(path, LabOptions(trainer=False, sglang_startup_s=1.0, sglang_load_rps=0, sglang_version=version))
-    lab.up()
-    try:
-        wait_healthy(lab, timeout=120)
-        yield lab
-    finally:
-        lab.down()
+    yield from running_lab(path, LabOptions(trainer=False, sglang_startup_s=1.0, sglang_load_rps=0,
+                                            sglang_version=version), lambda lab: wait_healthy(lab, timeout=120))
 
 
 @pytest.fixture(scope="module")
-def ddtree_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def ddtree_lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """A serving host whose SGLang has DDTree; the tests below deploy on it in turn."""
     yield from _lab(tmp_path_factory.mktemp("ddtree") / "lab", DDTREE_VERSION)
 
 
 @pytest.fixture
-def old_lab(tmp_path: Path) -> Iterator[Lab]:
+def old_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     yield from _lab(tmp_path / "lab", "0.5.23")
 
 

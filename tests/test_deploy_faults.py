@@ -30,7 +30,7 @@ def _lab(path: Path, **options: object) -> Iterator[Lab]:
 
 
 @pytest.fixture(scope="module")
-def drop_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def drop_lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """One serving host for the dropped-connection deploys (each deploys another window)."""
     yield from _lab(tmp_path_factory.mktemp("deploy-drops") / "lab")
 
@@ -159,7 +159,7 @@ SLOW_STOP_S = 3.0  # several heartbeats' worth, and the journal speaks within it
 
 
 @pytest.fixture
-def slow_restart_lab(tmp_path: Path) -> Iterator[Lab]:
+def slow_restart_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     for lab in _lab(tmp_path / "lab", sglang_stop_s=SLOW_STOP_S):
         yield lab
         # the lab's own stop would sit through the slow shutdown once more (Restart=no: it stays down)
@@ -172,6 +172,7 @@ def _gaps(events: list[StepEvent]) -> list[tuple[float, StepEvent]]:
     return [(b.at - a.at, b) for a, b in itertools.pairwise(ordered)]
 
 
+@pytest.mark.serial  # asserts a time bound
 async def test_slow_restart_is_never_silent_for_a_second(slow_restart_lab: Lab) -> None:
     events: list[StepEvent] = []
     outcome = await _deploy(slow_restart_lab, 16, events.append, health_timeout_s=120)
@@ -192,7 +193,7 @@ async def test_slow_restart_is_never_silent_for_a_second(slow_restart_lab: Lab) 
 
 
 @pytest.fixture
-def restart_lab(tmp_path: Path) -> Iterator[Lab]:
+def restart_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     # start-up takes a few seconds, as a real server's does: a crash loop then never reaches
     # systemd's start limit (5 starts in 10 s) and the unit never shows "failed"
     yield from _lab(tmp_path / "lab", sglang_restart="on-failure", sglang_startup_s=6.0)

@@ -42,7 +42,7 @@ DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=1
 
 
 @pytest.fixture(scope="module")
-def sudo_lab() -> Iterator[tuple[Lab, str]]:
+def sudo_lab(lab_parts: None) -> Iterator[tuple[Lab, str]]:
     """A serving lab in a folder other users can traverse, and the lab's non-root user."""
     user = sudo_user.ensure_user()
     folder = Path(tempfile.mkdtemp(prefix="specconsole-sudo-lab-"))

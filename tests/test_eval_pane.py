@@ -284,6 +284,7 @@ async def test_space_toggles_the_highlighted_run_with_a_mark_readable_without_co
         assert _marks(pane) == ["[ ]", "[x]", "[x]"] and [r.id for r in pane.selected] == ["ours-4000", "vanilla"]
 
 
+@pytest.mark.serial  # asserts a time bound
 async def test_a_run_imported_by_the_cli_appears_within_two_seconds(store: ResultStore, tmp_path: Path) -> None:
     """`specconsole eval import FILE` in another process: the pane shows the run without a restart."""
     other = ResultStore(tmp_path / "elsewhere")

@@ -357,6 +357,7 @@ def test_cli_run_through_an_ssh_tunnel(lab_hosts: Lab, dflash: SimServer, tmp_pa
     assert tunnel.host == "serve" and f"-> serve:127.0.0.1:{dflash.port}" in tunnel.message
 
 
+@pytest.mark.serial  # asserts a time bound
 async def test_a_status_line_at_least_every_second_between_tasks(suite: Suite) -> None:
     """A slow server (300 ms per decode step): between the per-task lines the runner says what it
     waits for (the task in flight and for how long) at least every second."""

@@ -23,7 +23,7 @@ from test_deploy import connect, server_info, unit_digest, wait_healthy
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """Shared: nothing below changes the host (each asserts the unit's checksum)."""
     yield from running_lab(tmp_path_factory.mktemp("host-check") / "lab",
                            LabOptions(trainer=False, sglang_startup_s=0.3, sglang_load_rps=0), wait_healthy)
@@ -116,6 +116,7 @@ async def test_the_plan_shows_what_sglang_resolved_and_no_host_check_says_it_ski
     assert unit_digest(lab) == before
 
 
+@pytest.mark.usefixtures("lab_parts")
 async def test_a_launcher_that_is_not_python_falls_back_to_the_built_in_rules_in_one_line(tmp_path: Path) -> None:
     # the lab's DDTree build is a shell script (the build is in no release, real SGLang cannot be it)
     from specconsole.lab.sglang_versions import DDTREE_VERSION

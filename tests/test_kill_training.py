@@ -25,7 +25,7 @@ from specconsole.lab.procs import alive, children
 
 
 @pytest.fixture
-def train_lab(tmp_path: Path) -> Iterator[Lab]:
+def train_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     yield from running_lab(tmp_path / "lab", LabOptions(sglang=False, trainer=True, trainer_step_seconds=0.2),
                            wait_workers)
 
@@ -228,6 +228,7 @@ def test_cli_refuses_a_reused_pid_with_one_line_and_exit_1(lab_hosts: Lab, stran
     assert alive(stranger.pid)
 
 
+@pytest.mark.serial  # asserts a time bound
 async def test_waits_say_something_at_least_every_second_even_when_a_probe_is_slow() -> None:
     """Heartbeats follow the last event, not the last probe: a 1.3 s probe (a slow `ps` over SSH)
     and a 1.5 s command still leave no second without a status line."""
@@ -255,7 +256,7 @@ async def test_waits_say_something_at_least_every_second_even_when_a_probe_is_sl
 # -- read-only looks at a running job: one job for them all, last in the module (no other job runs beside it)
 
 @pytest.fixture(scope="module")
-def job_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def job_lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """A training job the tests below only look at (none of them stops it)."""
     yield from running_lab(tmp_path_factory.mktemp("kill-read-only") / "lab",
                            LabOptions(sglang=False, trainer=True, trainer_step_seconds=0.2), wait_workers)

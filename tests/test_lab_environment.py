@@ -19,6 +19,8 @@ from specconsole.errors import ConfigError
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.procs import alive, start_time
 
+pytestmark = pytest.mark.usefixtures("lab_parts")  # starts lab parts itself
+
 HOSTS_ONLY = LabOptions(trainer=False, sglang=False)
 
 

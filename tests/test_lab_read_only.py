@@ -37,7 +37,7 @@ def wait_job(lab: Lab, timeout: float = 120) -> None:
 
 
 @pytest.fixture(scope="module")
-def guarded_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def guarded_lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """This module's own lab (a failure here would kill training or deploy: never the shared one)."""
     yield from running_lab(tmp_path_factory.mktemp("read-only") / "lab", GUARDED, wait_job)
 

@@ -90,6 +90,7 @@ def test_cli_defaults_read_like_the_seed_workflow():
     assert parse_args(["--log-path", "x", "--steps", "10", "--epochs", "3"]).steps_per_epoch == 4
 
 
+@pytest.mark.usefixtures("lab_parts")
 def test_torchrun_two_workers_train_and_log_json(tmp_path: Path):
     log = tmp_path / "runs" / "train.log"
     cmd = [str(VENV_BIN / "torchrun"), "--standalone", "--nproc_per_node=2", *TRAINER,
@@ -125,6 +126,7 @@ def test_torchrun_two_workers_train_and_log_json(tmp_path: Path):
     assert all(LineParser().parse(ln).kind is not LineKind.MALFORMED for ln in lines)
 
 
+@pytest.mark.usefixtures("lab_parts")
 async def test_torchrun_job_is_tailed_live_and_stops_on_sigterm(tmp_path: Path):
     log = tmp_path / "train.log"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -23,7 +23,7 @@ from specconsole.monitor import Fleet
 
 
 @pytest.fixture
-def job_lab(tmp_path: Path) -> Iterator[Lab]:
+def job_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     """A lab of its own with a training job (this test kills it)."""
     yield from running_lab(tmp_path / "lab", LabOptions(sglang=False, trainer_step_seconds=0.2))
 
@@ -54,6 +54,7 @@ def status_json(lab: Lab) -> dict[str, object]:
     return hosts["train"]["training"]["value"]  # type: ignore[no-any-return]
 
 
+@pytest.mark.serial  # asserts a time bound
 async def test_training_shows_stopped_within_2s_of_a_kill(job_lab: Lab) -> None:
     config = load_config(job_lab.config_path)
     fleet = Fleet(config)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
-def labs(tmp_path: Path) -> Iterator[tuple[Lab, prom_fleet.PromLab]]:
+def labs(tmp_path: Path, lab_parts: None) -> Iterator[tuple[Lab, prom_fleet.PromLab]]:
     """The lab's two sshd hosts and a real Prometheus scraping the DCGM double's node-000."""
     if prom_fleet.prometheus_binary() is None:
         pytest.skip("the prometheus binary is absent (apt-get install prometheus)")

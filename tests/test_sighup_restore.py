@@ -23,6 +23,8 @@ import pytest
 from conftest import wait_for
 from specconsole.lab.procs import alive
 
+pytestmark = pytest.mark.usefixtures("lab_parts")  # starts lab parts itself
+
 EXE = Path(sys.executable).parent / "specconsole"
 #: what tmux reports for the pane: alternate screen, any mouse tracking, cursor shown
 STATE = "#{alternate_on} #{mouse_any_flag} #{cursor_flag}"

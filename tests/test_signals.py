@@ -92,12 +92,13 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
 
 
 @pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def hosts(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     """Two SSH hosts for the tests that only connect to them (each ends when its remote streams have)."""
     yield from running_lab(tmp_path_factory.mktemp("signals") / "lab", LabOptions(trainer=False, sglang=False))
 
 
 @pytest.mark.parametrize("how", ["q", "SIGTERM", "SIGINT", "SIGHUP"])
+@pytest.mark.serial  # asserts a time bound
 def test_console_leaves_within_bound_and_leaves_nothing(hosts: Lab, tmux: Tmux, tmp_path: Path,
                                                         how: str) -> None:
     lab_hosts = hosts

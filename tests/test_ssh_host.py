@@ -138,6 +138,7 @@ async def test_wrong_user_key_is_permission_denied(lab_hosts: Lab, tmp_path: Pat
         await SshHost(cfg).connect_once()
 
 
+@pytest.mark.serial  # asserts a time bound
 async def test_dropped_connection_recovers_within_backoff_bound(lab_hosts: Lab) -> None:
     host = await connected(lab_hosts, backoff_initial_s=0.2, backoff_max_s=1.0, keepalive_s=1)
     states: list[tuple[ConnState, int]] = []

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from specconsole.lab.environment import Lab, free_port
 from specconsole.report import sample_json, status_text
 from specconsole.samples import Sample
@@ -124,6 +126,7 @@ def test_status_text_marks_stale_values(lab: Lab) -> None:
     assert re.search(r"gpus: ok, 8 GPU\(s\) \(STALE 1\d\.\ds old\)|gpus: ok, 8 GPU\(s\) \(STALE 1\ds old\)", text), text
 
 
+@pytest.mark.usefixtures("lab_parts")
 def test_lab_cli_up_and_down_leaves_nothing(tmp_path: Path) -> None:
     d = tmp_path / "cli-lab" / "state"
     up = subprocess.run([sys.executable, "-m", "specconsole", "lab", "up", "--dir", str(d), "--no-trainer",

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("lab_parts")  # starts lab parts itself
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

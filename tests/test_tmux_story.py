@@ -40,6 +40,9 @@ from typing import Any
 
 import pytest
 
+pytestmark = [pytest.mark.usefixtures("lab_parts"),  # starts lab parts itself
+              pytest.mark.serial]  # asserts time bounds
+
 POLL_S = 0.25
 MAX_SILENT_S = 1.5
 WIDTH, HEIGHT = 80, 24

@@ -289,6 +289,7 @@ async def test_a_second_action_does_not_take_over_a_running_view(tmp_path: Path)
 
 # ------------------------------------------------------------------------------ the operator's time (issue 21)
 
+@pytest.mark.serial  # asserts a time bound
 def test_a_dialog_s_wait_is_no_step_s_time_but_a_line_of_its_own() -> None:
     """A step ends when the dialog opens; the wait shows as "waited N s for ..." and the step after it
     starts when the operator answers: no step's time (panel or event) includes the wait."""

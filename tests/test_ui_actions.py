@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture
-def action_lab(tmp_path: Path) -> Iterator[Lab]:
+def action_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     options = LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0, sglang_load_rps=1,
                          gpu_interval_s=0.5, sglang_interval_s=0.5)
     yield from running_lab(tmp_path / "lab", options)

@@ -135,6 +135,8 @@ def test_deploy_form_error_in_place_80x24(snap_compare: Any, tmp_path: Path) -> 
         pilot.app.push_screen(DeployForm({"algorithm": "DFLASH", "draft_window": "16", "block_size": "",
                                           "draft_model": "/models/dflash-qwen3-8b-b16"}))
         await pilot.pause()
+        for field in pilot.app.screen.query(Input):
+            field.cursor_blink = False  # a blinking cursor's phase depends on when the picture is taken
         pilot.app.screen.query_one("#deploy-draft_window", Input).value = "sixteen"
         await pilot.press("enter")
         await pilot.pause()

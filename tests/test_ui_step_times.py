@@ -36,7 +36,7 @@ from specconsole.ui.deploy_screen import DeployForm
 from specconsole.ui.plan_screen import PlanScreen
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.serial]  # serial: asserts time bounds
 
 WAIT_S = 1.5  # how long the operator "reads" each dialog
 #: The console's own time a step may hold besides its commands': the issue's bar is 0.2 s (the tmux story
@@ -46,7 +46,7 @@ OWN_S = 0.5
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
     yield from running_lab(tmp_path_factory.mktemp("lab"), LabOptions(trainer_step_seconds=0.3, sglang_startup_s=1.0,
                                                         gpu_interval_s=0.5, sglang_interval_s=0.5))
 

@@ -29,7 +29,7 @@ WEIRD = "d r'a\"f\\t 100% %h ;ü日本"
 
 
 @pytest.fixture
-def serve_lab(tmp_path: Path) -> Iterator[Lab]:
+def serve_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
     yield from _serve_lab(tmp_path / "lab")
 
 
