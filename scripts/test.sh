@@ -2,8 +2,9 @@
 # The whole test suite, set-up included (see scripts/setup.sh for what it installs).
 # Extra arguments go to pytest, e.g. scripts/test.sh -k ssh
 # pytest runs twice: the suite in parallel (pytest-xdist, SPECCONSOLE_TEST_WORKERS processes, 4 by
-# default: most lab tests wait on hosts, not the CPU), then the few tests marked `serial`, which
-# assert time bounds, alone.
+# default: most lab tests wait on hosts, not the CPU; the tests of one shared lab run on one worker,
+# see xdist_group in tests/conftest.py), then the few tests marked `serial`, which assert time
+# bounds, alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,7 +17,7 @@ echo "==> import contracts"
 workers=${SPECCONSOLE_TEST_WORKERS:-4}
 echo "==> pytest, in parallel ($workers workers)"
 status=0
-.venv/bin/pytest -n "$workers" --serial-part=skip "$@" || status=$?
+.venv/bin/pytest -n "$workers" --dist loadgroup --serial-part=skip "$@" || status=$?
 echo "==> pytest, the tests that assert time bounds, alone"
 serial=0
 .venv/bin/pytest -p no:xdist --serial-part=only "$@" || serial=$?

@@ -33,12 +33,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "(skip: the parallel part of scripts/test.sh) or run only them (only)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``lab`` every test that uses :func:`lab_parts` (directly or through a lab fixture); keep or
-    leave out the ``serial`` tests as ``--serial-part`` says."""
+    """Mark ``lab`` every test that uses :func:`lab_parts` (directly or through a lab fixture), put the
+    session :func:`lab`'s tests on one worker (``--dist loadgroup``; a module that names its own lab
+    fixture ``lab`` has its own group), and keep or leave out the ``serial`` tests as
+    ``--serial-part`` says."""
     for item in items:
-        if "lab_parts" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "lab_parts" in names:
             item.add_marker(pytest.mark.lab)
+        if "lab" in names and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("session-lab"))
+    # lab tests first: they are the long ones, so the short ones fill the workers' gaps at the end
+    items.sort(key=lambda i: i.get_closest_marker("lab") is None)
     part = config.getoption("--serial-part")
     if part == "all":
         return
@@ -100,12 +108,15 @@ _JUDGE: dict[str, Any] = {}
 
 
 def shared_sglang_judge() -> str:
-    """One warm real-SGLang judge (:mod:`specconsole.lab.sglang_judge`) for the whole test session:
+    """One warm real-SGLang judge (:mod:`specconsole.lab.sglang_judge`) for the whole test run:
     every lab and every simulator the tests start asks it (importing SGLang costs seconds of CPU
-    each time otherwise). Its socket goes into the environment the labs and simulators read."""
+    each time otherwise). Under pytest-xdist the run's workers share one (the first to need it
+    starts it, under a lock; it ends with the run's controller). Its socket goes into the
+    environment the labs and simulators read."""
     if "socket" in _JUDGE:
         return str(_JUDGE["socket"])
     import atexit
+    import fcntl
     import os
     import subprocess
     import tempfile
@@ -116,19 +127,29 @@ def shared_sglang_judge() -> str:
     python = sglang_judge.sglang_python()
     if python is None:
         pytest.fail(sglang_judge.missing_message())
-    sock = os.path.join(tempfile.mkdtemp(prefix="sc-judge-"), "judge.sock")
-    log = open(Path(sock).with_suffix(".log"), "wb")  # noqa: SIM115 - the judge keeps it
-    proc = subprocess.Popen([python, sglang_judge.__file__, "serve", sock], stdout=log, stderr=log,
-                            env={**os.environ, **judge_env(Path(sock).parent / "hf-home")})
-    atexit.register(proc.kill)
-    deadline = time.monotonic() + 180
-    while not Path(sock).exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"the SGLang judge did not start: {Path(sock).with_suffix('.log').read_text()[-2000:]}")
-        time.sleep(0.1)
-    os.environ[JUDGE_ENV] = os.environ[sglang_judge.SOCKET_ENV] = sock
-    _JUDGE["socket"] = sock
-    return sock
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run:  # a worker: the controller (this process's parent) owns the run's judge
+        folder, owner = Path(tempfile.gettempdir()) / f"sc-judge-{run[:16]}", os.getppid()
+        folder.mkdir(exist_ok=True)
+    else:
+        folder, owner = Path(tempfile.mkdtemp(prefix="sc-judge-")), os.getpid()
+    sock, log_path, pid_file = folder / "judge.sock", folder / "judge.log", folder / "judge.pid"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not pid_file.exists():
+            log = open(log_path, "wb")  # noqa: SIM115 - the judge keeps it
+            proc = subprocess.Popen([python, sglang_judge.__file__, "serve", str(sock), "--owner", str(owner)],
+                                    stdout=log, stderr=log, start_new_session=True,
+                                    env={**os.environ, **judge_env(folder / "hf-home")})
+            pid_file.write_text(str(proc.pid))
+            if not run:
+                atexit.register(proc.kill)
+    pid = int(pid_file.read_text())
+    if not wait_for(lambda: sock.exists() or not Path(f"/proc/{pid}").exists(), 180, step=0.1) or not sock.exists():
+        pytest.fail(f"the SGLang judge did not start: {log_path.read_text()[-2000:]}")
+    os.environ[JUDGE_ENV] = os.environ[sglang_judge.SOCKET_ENV] = str(sock)
+    _JUDGE["socket"] = str(sock)
+    return str(sock)
 
 
 def running_lab(path: Path, options: LabOptions | None = None,

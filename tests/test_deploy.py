@@ -135,6 +135,7 @@ async def test_nextn_to_dflash_window_16(serve_lab: Lab) -> None:
          "has no config.json"),
     ],
 )
+@pytest.mark.xdist_group("deploy-unchanged-lab")  # one module lab per run, not one per worker
 async def test_invalid_input_is_refused_before_anything_changes(unchanged_lab: Lab, request_: DeployRequest,
                                                                 needle: str) -> None:
     before = unit_digest(unchanged_lab)
@@ -149,6 +150,7 @@ async def test_invalid_input_is_refused_before_anything_changes(unchanged_lab: L
     assert server_info(unchanged_lab)["startup_time"] == pid_before  # not restarted
 
 
+@pytest.mark.xdist_group("deploy-unchanged-lab")  # one module lab per run, not one per worker
 def test_dry_run_changes_nothing(unchanged_lab: Lab) -> None:
     before = unit_digest(unchanged_lab)
     res = subprocess.run([sys.executable, "-m", "specconsole", "deploy", "--config", str(unchanged_lab.config_path),
@@ -161,6 +163,7 @@ def test_dry_run_changes_nothing(unchanged_lab: Lab) -> None:
     assert server_info(unchanged_lab)["speculative_algorithm"] != "DFLASH"
 
 
+@pytest.mark.xdist_group("deploy-unchanged-lab")  # one module lab per run, not one per worker
 def test_cli_refuses_window_smaller_than_block(unchanged_lab: Lab) -> None:
     before = unit_digest(unchanged_lab)
     res = subprocess.run([sys.executable, "-m", "specconsole", "deploy", "--config", str(unchanged_lab.config_path),

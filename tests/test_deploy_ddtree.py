@@ -20,7 +20,7 @@ from specconsole.lab.sglang_versions import DDTREE_VERSION
 from specconsole.sources.sglang import SglangSource
 from test_deploy import connect, server_info, unit_digest, wait_healthy
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.xdist_group("ddtree-lab")  # its module lab: one per run, not one per worker
 
 DDTREE16 = DeployRequest(algorithm="DDTREE", block_size=16, tree_budget=32, health_timeout_s=90)
 

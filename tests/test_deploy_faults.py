@@ -117,6 +117,7 @@ DROP_AT = {
 
 
 @pytest.mark.parametrize("where", list(DROP_AT))
+@pytest.mark.xdist_group("deploy-drop-lab")  # one module lab per run, not one per worker
 async def test_dropped_connection_at_each_step_reattaches(drop_lab: Lab, where: str) -> None:
     window = 16 * (list(DROP_AT).index(where) + 2)   # another config each time
     events: list[StepEvent] = []

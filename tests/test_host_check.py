@@ -21,6 +21,8 @@ from specconsole.lab.environment import Lab, LabOptions, write_draft_model
 from specconsole.sglang.unit import parse_unit
 from test_deploy import connect, server_info, unit_digest, wait_healthy
 
+pytestmark = pytest.mark.xdist_group("host-check-lab")  # its module lab: one per run, not one per worker
+
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:

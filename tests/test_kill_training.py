@@ -262,6 +262,7 @@ def job_lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterat
                            LabOptions(sglang=False, trainer=True, trainer_step_seconds=0.2), wait_workers)
 
 
+@pytest.mark.xdist_group("kill-job-lab")  # one module lab per run, not one per worker
 async def test_pattern_finds_the_launcher_not_the_workers(job_lab: Lab) -> None:
     cfg = load_config(job_lab.config_path).host("train")
     assert cfg.training is not None
@@ -278,6 +279,7 @@ async def test_pattern_finds_the_launcher_not_the_workers(job_lab: Lab) -> None:
     assert len(plan.workers) >= 2
 
 
+@pytest.mark.xdist_group("kill-job-lab")  # one module lab per run, not one per worker
 def test_cli_refuses_without_tty_or_yes(job_lab: Lab) -> None:
     res = subprocess.run([sys.executable, "-m", "specconsole", "kill-training", "--config",
                           str(job_lab.config_path)], capture_output=True, text=True, timeout=120,
@@ -309,6 +311,7 @@ async def test_the_systemd_unit_goes_to_systemctl_after_double_dash(lab_hosts: L
     assert plan.empty and plan.note == "unit trainer.service has no running MainPID"
 
 
+@pytest.mark.xdist_group("kill-job-lab")  # one module lab per run, not one per worker
 def test_a_stale_pid_file_is_not_bypassed_by_the_pattern_while_the_job_runs(job_lab: Lab, tmp_path: Path) -> None:
     """The first method set wins: the pid file names a dead pid, the pattern would find the running
     job; the kill refuses in one line naming the pid file and what the pattern found, and kills nothing."""

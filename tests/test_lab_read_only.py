@@ -17,6 +17,8 @@ from conftest import running_lab
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.procs import alive
 
+pytestmark = pytest.mark.xdist_group("lab-read-only")  # its module lab: one per run, not one per worker
+
 GUARDED = LabOptions(trainer_step_seconds=0.25, trainer_steps_per_epoch=500, sglang_startup_s=1.0,
                      sglang_load_rps=1.0, gpu_interval_s=0.5, sglang_interval_s=0.5)
 

@@ -36,7 +36,7 @@ from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.fleet import write_fleet_config, write_training_log
 from specconsole.lab.procs import alive, sessions, with_environ
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("signals-lab")]  # one module lab per run
 
 EXE = Path(sys.executable).parent / "specconsole"
 #: SSH hosts in the fleet (each its own connection and streams), plus one local host.

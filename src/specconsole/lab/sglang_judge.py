@@ -209,8 +209,22 @@ def python_main(real_python: str) -> int:
     return int(answer.get("status") or 0)
 
 
-def serve(path: str) -> int:
-    """Import SGLang once, then answer each connection in a forked child."""
+def _exit_with(owner: int) -> None:
+    """End the judge when process ``owner`` is gone (a judge shared by a test run's workers)."""
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass
+
+
+def serve(path: str, owner: int | None = None) -> int:
+    """Import SGLang once, then answer each connection in a forked child (until ``owner`` exits)."""
+    if owner is not None:
+        threading.Thread(target=_exit_with, args=(owner,), daemon=True, name="judge-owner").start()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     argcheck = _load_argcheck()
     argcheck.warm_up()
@@ -244,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == "serve":
         return serve(args[1])
-    sys.stderr.write("usage: sglang_judge.py serve SOCKET\n")
+    if len(args) == 4 and args[0] == "serve" and args[2] == "--owner" and args[3].isdigit():
+        return serve(args[1], int(args[3]))
+    sys.stderr.write("usage: sglang_judge.py serve SOCKET [--owner PID]\n")
     return 2
 
 
