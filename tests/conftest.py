@@ -27,6 +27,16 @@ from specconsole.lab.environment import Lab, LabOptions
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist's workers run with ``COLUMNS=80 LINES=24``: a console the tests start in tmux
+    would take them for its size (Textual reads them before the terminal's), so they go."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--serial-part", choices=("all", "skip", "only"), default="all",
                      help="tests marked serial (they assert time bounds): run them too (all), leave them out "
