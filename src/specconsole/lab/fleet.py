@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specconsole.lab.environment import Lab, LabHost, console_and_ssh, toml_str
+from specconsole.lab.environment import Lab
+from specconsole.lab.lab_config import console_and_ssh, toml_str
+from specconsole.lab.lab_state import LabHost
 
 
 def write_training_log(path: Path, steps: int = 20) -> Path:

@@ -1,4 +1,5 @@
-"""Processes on this machine, read from ``/proc``: alive, start time, children, process trees.
+"""Processes on this machine, read from ``/proc``: alive, start time, children, process trees;
+and the lab's daemons: started in their own session and reaped, signalled, waited for.
 
 The lab uses these to stop exactly what it started; tests and bench scripts use them to check
 that nothing was left behind.
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,3 +94,27 @@ def with_environ(needle: bytes) -> list[int]:
                 if needle in (d / "environ").read_bytes() and alive(int(d.name)):
                     found.append(int(d.name))
     return found
+
+
+def spawn(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+    """Start a lab daemon in its own session and reap it when it exits, so that a long-lived
+    parent (``specconsole demo``, a test run) never keeps it as ``<defunct>``."""
+    proc = subprocess.Popen(argv, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    return proc  # type: ignore[no-any-return]
+
+
+def send_signal(pid: int, sig: int) -> None:
+    """``os.kill``, quiet when the process is gone or not ours to signal."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def wait_dead(pids: list[int], timeout: float) -> bool:
+    """Whether every one of ``pids`` has ended within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return not any(alive(p) for p in pids)

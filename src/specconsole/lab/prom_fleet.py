@@ -30,7 +30,8 @@ from pathlib import Path
 
 import httpx
 
-from specconsole.lab.environment import free_port, toml_str  # a TOML (and YAML) basic string
+from specconsole.lab.lab_config import toml_str  # a TOML (and YAML) basic string
+from specconsole.lab.lab_state import free_port
 
 PROMETHEUS_BINARIES = ("prometheus", "/usr/bin/prometheus")
 

@@ -82,7 +82,7 @@ def ask(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | None =
     python = os.environ.get(PYTHON_ENV) or sglang_python()
     if not python:
         raise JudgeUnavailable(missing_message())
-    from specconsole.lab.environment import judge_env  # the lab's, as its warm judge has (no import cycle here)
+    from specconsole.lab.lab_judge import judge_env  # the lab's, as its warm judge has (it imports this module)
 
     lab_env = judge_env(Path(tempfile.gettempdir()) / "specconsole-hf-home")
     proc = subprocess.run([python, "-", *argv], input=_ARGCHECK.read_text("utf-8"), capture_output=True,

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specconsole.lab.environment import LAB_ROOT_ENV, LabError
+from specconsole.lab.lab_state import LAB_ROOT_ENV, LabError
 
 LAB_USER = "specconsole-lab"
 SUDOERS_DIR = Path("/etc/sudoers.d")

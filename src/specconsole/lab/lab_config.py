@@ -1,0 +1,92 @@
+"""The console's config for a lab (``lab.toml``), and the parts of one that configs of other
+shapes share (:func:`console_and_ssh`, :func:`toml_str`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specconsole.lab.lab_state import write_file
+
+if TYPE_CHECKING:
+    from specconsole.lab.environment import Lab
+
+
+def write_config(lab: Lab) -> Path:
+    """``lab.toml``: both hosts over SSH with the operator's key, their GPUs, the training log and
+    its kill settings, SGLang's unit and URL."""
+    o, s = lab.options, lab.state
+    t, v = s.hosts["train"], s.hosts["serve"]
+    key = lab.keys / "client_ed25519"
+    text = f"""# specconsole config for the lab in {lab.dir} (written by `specconsole lab up`)
+{console_and_ssh(lab, lab.dir / "audit.log", lab.dir / "console-state", connect_timeout_s=5)}
+[[hosts]]
+name = "train"
+role = "train"
+connect = "ssh"
+host = {toml_str(t.address)}
+port = {t.port}
+user = "root"
+identity_file = {toml_str(key)}
+
+[hosts.gpu]
+source = "nvidia-smi"
+interval_s = {o.gpu_interval_s}
+
+[hosts.training]
+log_path = {toml_str(lab.train_log)}
+total_epochs = {o.trainer_epochs}
+steps_per_epoch = {o.trainer_steps_per_epoch}
+stall_warning_min = 2
+
+[hosts.training.kill]
+pid_file = {toml_str(lab.trainer_pid_file)}
+pattern = {toml_str(re.escape(f"specconsole.lab.trainer --log-path {lab.train_log}"))}
+grace_s = 30
+
+[[hosts]]
+name = "serve"
+role = "serve"
+connect = "ssh"
+host = {toml_str(v.address)}
+port = {v.port}
+user = "root"
+identity_file = {toml_str(key)}
+
+[hosts.gpu]
+source = "nvidia-smi"
+interval_s = {o.gpu_interval_s}
+
+[hosts.sglang]
+unit = "sglang.service"
+base_url = "http://127.0.0.1:{s.sglang_port}"
+tunnel = {"true" if o.tunnel else "false"}
+interval_s = {o.sglang_interval_s}
+timeout_s = 3.0
+draft_model_path = {toml_str(lab.draft_model_dir())}
+"""
+    write_file(lab.config_path, text)
+    return lab.config_path
+
+
+def toml_str(value: object) -> str:
+    return json.dumps(str(value))  # a TOML basic string
+
+
+def console_and_ssh(lab: Lab, audit_log: Path, state_dir: Path, *, connect_timeout_s: float) -> str:
+    """The ``[console]`` and ``[ssh]`` tables of a config for the lab's hosts (quick reconnects)."""
+    return f"""[console]
+refresh_s = 1.0
+audit_log = {toml_str(audit_log)}
+state_dir = {toml_str(state_dir)}
+
+[ssh]
+known_hosts = {toml_str(lab.keys / "known_hosts")}
+keepalive_s = 5
+connect_timeout_s = {connect_timeout_s:g}
+backoff_initial_s = 0.5
+backoff_max_s = 4
+"""
+

@@ -1,0 +1,63 @@
+"""The lab's warm SGLang judge (:mod:`specconsole.lab.sglang_judge`): real SGLang 0.5.23 deciding
+every launch of the serving host's SGLang, started with the lab unless the lab shares one."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+from pathlib import Path
+
+from specconsole.lab import sglang_judge
+from specconsole.lab.lab_state import LAB_CUDA_ENV, SERVE_GPUS, LabError, LabState, Say, lab_cuda
+from specconsole.lab.procs import send_signal, spawn, wait_dead
+from specconsole.lab.serving_unit import write_hub_cache
+
+#: The socket of a warm SGLang judge the lab shares instead of starting its own (the test suite's).
+JUDGE_ENV = "SPECCONSOLE_LAB_JUDGE"
+
+
+def judge_env(hf_home: Path) -> dict[str, str]:
+    """The environment of a lab's SGLang judge: the serving host's GPUs (the CUDA double), no hub."""
+    return {LAB_CUDA_ENV: lab_cuda(SERVE_GPUS), "HF_HUB_OFFLINE": "1", "HF_HOME": str(write_hub_cache(hf_home))}
+
+
+def judge_socket_path(lab_dir: Path) -> str:
+    """A short socket path for a lab's judge (a Unix socket's path is limited to 107 bytes)."""
+    digest = hashlib.sha256(str(lab_dir.resolve()).encode()).hexdigest()[:12]
+    return f"/tmp/specconsole-judge-{digest}.sock"
+
+
+def start_judge(state: LabState, lab_dir: Path, env: dict[str, str], say: Say) -> None:
+    """Start the lab's warm SGLang judge on ``state.judge_socket`` (its log and HF cache in ``lab_dir``),
+    unless it shares a running one (``$SPECCONSOLE_LAB_JUDGE``)."""
+    sock = state.judge_socket
+    if os.environ.get(JUDGE_ENV) == sock and Path(sock).exists():
+        say(f"lab: sharing the SGLang judge on {sock}")
+        return
+    python = sglang_judge.sglang_python()
+    if python is None:
+        raise LabError(f"lab: {sglang_judge.missing_message()}")
+    with contextlib.suppress(FileNotFoundError):
+        Path(sock).unlink()
+    log = open(lab_dir / "logs" / "sglang-judge.log", "ab")  # noqa: SIM115 - the child keeps it
+    env = {**env, **judge_env(lab_dir / "hf-home")}
+    proc = spawn([python, sglang_judge.__file__, "serve", sock], stdout=log, stderr=log, env=env)
+    log.close()
+    state.judge_pid = proc.pid
+    state.remember(proc.pid)
+    say(f"lab: starting real SGLang 0.5.23's argument judge (pid {proc.pid}; it imports SGLang while the "
+        f"hosts start, and SGLang's first start waits for it)")
+
+
+def stop_judge(state: LabState) -> None:
+    """Stop the lab's own judge and remove its socket (a shared judge is left alone)."""
+    pid = state.judge_pid
+    if pid and state.ours(pid):
+        send_signal(pid, signal.SIGTERM)
+        wait_dead([pid], 5)
+    state.judge_pid = None
+    if state.judge_socket and os.environ.get(JUDGE_ENV) != state.judge_socket:
+        with contextlib.suppress(OSError):
+            Path(state.judge_socket).unlink()

@@ -1,0 +1,127 @@
+"""What every part of the lab shares: how it is started (:class:`LabOptions`), what it started
+(:class:`LabState`, kept in ``state.json``), :class:`LabError`, the hosts' GPU counts, and the two
+small helpers each part uses (:func:`write_file`, :func:`free_port`)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from specconsole.errors import SpecConsoleError
+from specconsole.lab.procs import alive, start_time
+from specconsole.lab.sglang_versions import BASE_VERSION
+
+Say = Callable[[str], None]
+
+LAB_DIR_ENV = "SPECCONSOLE_LAB_DIR"
+#: Set to the host's root folder in every process the lab starts (and in each SSH session).
+LAB_ROOT_ENV = "SPECCONSOLE_LAB_ROOT"
+
+TRAIN_GPUS = 8
+SERVE_GPUS = 2
+#: What the lab's CUDA double (``scripts/sglang_venv/specconsole_lab_cuda.py``) tells SGLang's
+#: resolution about each host's GPUs: the same H200s the nvidia-smi double shows.
+LAB_CUDA_ENV = "SPECCONSOLE_LAB_CUDA"
+
+
+def lab_cuda(gpus: int) -> str:
+    return f"{gpus}:NVIDIA H200:143771:9.0"
+
+
+class LabError(SpecConsoleError):
+    """The lab cannot start or stop; the message names the step and the fix."""
+
+
+@dataclass
+class LabHost:
+    name: str
+    address: str
+    port: int
+    root: str
+    sshd_pid: int | None = None
+
+
+@dataclass
+class LabState:
+    dir: str
+    hosts: dict[str, LabHost] = field(default_factory=dict)
+    sglang_port: int = 0
+    trainer_pid: int | None = None
+    #: the lab's own warm SGLang judge (:mod:`specconsole.lab.sglang_judge`), when it started one
+    judge_pid: int | None = None
+    judge_socket: str = ""
+    owner_pid: int | None = None  # the process that started the lab (a demo), if it should stop it
+    #: pid -> its start time (clock ticks since boot, /proc/PID/stat field 22) for every process
+    #: the lab started: ``lab down`` signals a pid only while its start time still matches
+    started: dict[str, int] = field(default_factory=dict)
+
+    def remember(self, pid: int) -> None:
+        start = start_time(pid)
+        if start is not None:
+            self.started[str(pid)] = start
+
+    def ours(self, pid: int | None) -> bool:
+        """Whether ``pid`` is still the process the lab started (not a reused pid)."""
+        if not pid or str(pid) not in self.started:
+            return False
+        return start_time(pid) == self.started[str(pid)] and alive(pid)
+
+    def save(self) -> None:
+        path = Path(self.dir) / "state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, lab_dir: Path) -> LabState | None:
+        path = lab_dir / "state.json"
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        hosts = {k: LabHost(**v) for k, v in raw.pop("hosts", {}).items()}
+        known = {f.name for f in fields(cls)}
+        return cls(hosts=hosts, **{k: v for k, v in raw.items() if k in known})
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    """How the lab is started; the defaults are the demo's."""
+
+    train_address: str = "127.0.0.2"
+    serve_address: str = "127.0.0.3"
+    trainer: bool = True
+    trainer_steps: int = 200_000
+    trainer_step_seconds: float = 1.0
+    trainer_steps_per_epoch: int = 33_000
+    trainer_epochs: int = 6
+    sglang: bool = True
+    sglang_startup_s: float = 3.0
+    sglang_load_rps: float = 2.0
+    sglang_step_ms: float = 8.0
+    gpu_interval_s: float = 1.0
+    sglang_interval_s: float = 1.0
+    tunnel: bool = True
+    #: a slow restart: SGLang takes this long to shut down on SIGTERM (deploy heartbeat tests)
+    sglang_stop_s: float = 0.0
+    #: the unit's Restart= (real units use on-failure; the lab's shim supervises it)
+    sglang_restart: str = "no"
+    #: which SGLang the serving host has installed: 0.5.23, or 0.5.24+ddtree (with DDTree)
+    sglang_version: str = BASE_VERSION
+
+
+
+def write_file(path: Path, text: str, mode: int | None = None) -> None:
+    """Write ``text`` to ``path`` (its folder created), with ``mode`` if given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if mode is not None:
+        path.chmod(mode)
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
