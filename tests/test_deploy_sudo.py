@@ -32,7 +32,7 @@ from specconsole.lab.environment import Lab, LabOptions
 from test_deploy import server_info, wait_healthy
 from test_deploy_faults import _agent_python_that_drops
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.xdist_group("sudo-lab")]  # one system user and sudoers rule: one worker
 
 WHY_NOT = sudo_user.unavailable()
 if WHY_NOT:

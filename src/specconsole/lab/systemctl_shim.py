@@ -181,6 +181,9 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _state_file(root, unit).parent.mkdir(parents=True, exist_ok=True)
     _state_file(root, unit).write_text("0\n")   # an explicit start resets the counter, as systemd does
+    # ... and cancels a pending automatic restart: an earlier supervisor between a crash and its
+    # restart must not show the freshly started unit as activating/auto-restart
+    _auto_restart_file(root, unit).unlink(missing_ok=True)
     rc = subprocess.call([systemctl3, f"--root={root}", *args])
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
