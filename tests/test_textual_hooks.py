@@ -58,7 +58,7 @@ def test_the_app_and_driver_hooks() -> None:
     hook(hasattr(Driver, "process_message"), "Driver.process_message", "src/specconsole/ui/quit_key.py")
     linux = _source(LinuxDriver)
     hook("self.attrs_before" in linux and "self.fileno" in linux, "LinuxDriver.attrs_before / fileno",
-         "src/specconsole/ui/app_leaving.py (_restore_terminal)")
+         "src/specconsole/ui/app_leaving.py (Leaving.restore_terminal)")
     for name in ("stop_application_mode", "close"):
         hook(hasattr(LinuxDriver, name), f"LinuxDriver.{name}", "src/specconsole/ui/app_leaving.py")
 
