@@ -56,7 +56,6 @@ from specconsole.ui import context
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.app_actions import ConsoleActions
 from specconsole.ui.app_leaving import Leaving
-from specconsole.ui.console_screen import ConsoleScreen
 from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.format import Palette
@@ -185,9 +184,6 @@ class ConsoleApp(App[int]):
     def panes_changed(self) -> None:
         """Per-host panes were mounted or removed (a fleet drill-down): look them up again."""
         self._panes = None
-
-    def get_default_screen(self) -> Screen[Any]:
-        return ConsoleScreen()
 
     def get_driver_class(self) -> type[Driver]:
         return self.leaving.driver_class(super().get_driver_class())
