@@ -292,30 +292,11 @@ class TrainingPane(PerHostPane):
         set_classes(self, stale=stale, stalled=stalled)
 
 
-# ------------------------------------------------------------------------------ uptime
-
-class UptimePane(PerHostPane):
-    """How long the host's connection has been up."""
-
-    KIND = "uptime"
-    WAITING = "waiting for the connection…"
-
-    def titles(self) -> tuple[str, str | None]:
-        return f"Uptime [dim]· {escape(self.host.name)}[/]", None
-
-    def draw(self, status: HostStatus, view: View) -> None:
-        if not status.connection.up:
-            self.show_missing("connection", status, str(status.connection.state))
-            return
-        self.body.set(f"connected for [b]{escape(format_age(view.now - status.connection.since))}[/]")
-        set_classes(self, stale=False)
-
-
 # ------------------------------------------------------------------------------ the registry
 
 #: Every kind of per-host pane, in the order they are shown (within a slot: all hosts' panes of
 #: the first kind, then the next kind's). The app mounts them from here and redraws what is mounted.
-PER_HOST_PANES: tuple[type[PerHostPane], ...] = (HostPane, ServingPane, TrainingPane, UptimePane)
+PER_HOST_PANES: tuple[type[PerHostPane], ...] = (HostPane, ServingPane, TrainingPane)
 
 
 def per_host_panes(hosts: Sequence[HostConfig]) -> dict[str, list[PerHostPane]]:
