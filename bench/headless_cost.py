@@ -30,12 +30,13 @@ from typing import Any
 
 import specconsole
 from specconsole.config import GpuConfig, HostConfig
+from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
 from specconsole.hosts.base import Connection, ConnState
 from specconsole.hosts.local import LocalHost
 from specconsole.monitor import HostStatus
 from specconsole.report import status_json
 from specconsole.samples import Sample
-from specconsole.sources.gpu import GpuReading, GpuSnapshot, GpuState, NvidiaSmiSource
+from specconsole.sources.nvidia_smi import NvidiaSmiSource
 
 
 def smi_stream() -> Any:

@@ -23,17 +23,13 @@ from typing import Any
 import pytest
 
 from specconsole.config import GpuConfig, HostConfig
+from specconsole.formats.nvidia_smi import GpuSnapshot, GpuState
 from specconsole.hosts.local import LocalHost
 from specconsole.lab.procs import alive
 from specconsole.samples import Sample
-from specconsole.sources.gpu import (
-    GpuSnapshot,
-    GpuState,
-    NvidiaSmiSource,
-    NvmlSource,
-    make_gpu_source,
-    nvml_available,
-)
+from specconsole.sources.gpu import make_gpu_source, nvml_available
+from specconsole.sources.nvidia_smi import NvidiaSmiSource
+from specconsole.sources.nvml import NvmlSource
 
 INTERVAL = 0.2
 U0 = "GPU-00000000-aaaa-bbbb-cccc-000000000000"

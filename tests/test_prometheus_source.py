@@ -20,12 +20,12 @@ import pytest
 from conftest import shared_sglang_judge, wait_for
 from specconsole.config import load_config, parse_config
 from specconsole.errors import ConfigError
+from specconsole.formats.nvidia_smi import GpuState
 from specconsole.lab import prom_fleet
 from specconsole.lab.dcgm_exporter import FB_RESERVED_MIB, FB_TOTAL_MIB, MODEL, expected, gpu_uuid
 from specconsole.lab.dcgm_exporter import Fleet as ExporterFleet
 from specconsole.lab.environment import free_port
 from specconsole.monitor import Fleet
-from specconsole.sources.gpu import GpuState
 from specconsole.sources.prometheus import (
     FB_RESERVED,
     UTIL,

@@ -18,8 +18,6 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.screen import Screen
 from textual.widget import Widget
 
-from specconsole.ui.console_screen import CroppingCompositor
-
 
 def _source(obj: object) -> str:
     return inspect.getsource(obj)  # type: ignore[arg-type]
@@ -36,20 +34,11 @@ def hook(condition: bool, what: str, user: str) -> None:
                     f"(Textual is pinned to 8.2.x in pyproject.toml for this reason)")
 
 
-def test_the_compositor_hooks_of_the_cropping_compositor() -> None:
-    user = "src/specconsole/ui/console_screen.py (CroppingCompositor)"
-    hook(params_of(_compositor.Compositor, "_get_renders") == ["self", "crop"], "Compositor._get_renders(self, crop)",
-         user)
-    hook(hasattr(_compositor.Compositor, "render_partial_update"), "Compositor.render_partial_update", user)
-    hook(hasattr(_compositor, "ChopsUpdate"), "textual._compositor.ChopsUpdate", user)
-    compositor = CroppingCompositor()
-    hook(isinstance(getattr(compositor, "_dirty_regions", None), set), "Compositor._dirty_regions (a set)", user)
-    hook(isinstance(getattr(compositor, "visible_widgets", None), dict), "Compositor.visible_widgets (a mapping)", user)
-    hook("self._compositor = Compositor()" in _source(Screen.__init__), "Screen._compositor (assigned in __init__)",
-         user + " replaces Screen._compositor")
+def test_the_compositor_hooks() -> None:
+    user = "src/specconsole/ui/app.py (screen_text)"
+    hook("self._compositor = Compositor()" in _source(Screen.__init__), "Screen._compositor", user)
     hook(params_of(_compositor.Compositor, "render_update")[:3] == ["self", "full", "screen_stack"],
-         "Compositor.render_update(full, screen_stack)",
-         "src/specconsole/ui/app.py (screen_text)")
+         "Compositor.render_update(full, screen_stack)", user)
 
 
 def test_the_app_and_driver_hooks() -> None:
@@ -58,9 +47,15 @@ def test_the_app_and_driver_hooks() -> None:
     hook(hasattr(Driver, "process_message"), "Driver.process_message", "src/specconsole/ui/quit_key.py")
     linux = _source(LinuxDriver)
     hook("self.attrs_before" in linux and "self.fileno" in linux, "LinuxDriver.attrs_before / fileno",
-         "src/specconsole/ui/app_leaving.py (_restore_terminal)")
+         "src/specconsole/ui/app_leaving.py (Leaving.restore_terminal)")
     for name in ("stop_application_mode", "close"):
         hook(hasattr(LinuxDriver, name), f"LinuxDriver.{name}", "src/specconsole/ui/app_leaving.py")
+
+
+def test_the_toast_hooks() -> None:
+    user = "src/specconsole/ui/app_actions.py (ConsoleActions.drop_echoes)"
+    hook("self._notifications" in _source(App.__init__), "App._notifications", user)
+    hook(hasattr(App, "_unnotify"), "App._unnotify", user)
 
 
 def test_the_widget_hooks() -> None:

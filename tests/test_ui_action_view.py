@@ -88,15 +88,15 @@ async def test_action_view_stays_until_dismissed_and_fits_80x24(tmp_path: Path) 
         await pilot.pause()
         panel = app.query_one(ActionPanel)
         assert not panel.display
-        app.open_action("deploy", "Deploy to serve", "serve", scroll_to="serving")
+        app.actions.open("deploy", "Deploy to serve", "serve", scroll_to="serving")
         for e in sd.sample_deploy_events():
-            app.action_emit(e)
+            app.actions.emit(e)
         await pilot.pause()
         app.action_close_action_view()  # refused while it runs
         await pilot.pause()
         assert panel.display
         last = sd.sample_deploy_events()[-1]
-        app.action_emit(StepEvent("deploy", "done", "deployed: DFLASH window 16", step="smoke", host="serve",
+        app.actions.emit(StepEvent("deploy", "done", "deployed: DFLASH window 16", step="smoke", host="serve",
                                   at=last.at + 3, elapsed_s=17.1))
         await pilot.pause()
         screen = app.screen_text()
@@ -274,16 +274,16 @@ async def test_a_second_action_does_not_take_over_a_running_view(tmp_path: Path)
     app = frozen(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        app.open_action("deploy", "Deploy to serve", "serve")
+        app.actions.open("deploy", "Deploy to serve", "serve")
         events = sd.sample_deploy_events()
-        app.action_emit(events[0])
-        panel = app.open_action("eval", "Eval run", "serve")  # e while the deploy runs
-        app.action_emit(StepEvent("eval", "step", "reading /server_info", step="deployment", at=events[0].at + 1))
+        app.actions.emit(events[0])
+        panel = app.actions.open("eval", "Eval run", "serve")  # e while the deploy runs
+        app.actions.emit(StepEvent("eval", "step", "reading /server_info", step="deployment", at=events[0].at + 1))
         await pilot.pause()
         assert panel.track is not None and panel.track.title == "Deploy to serve"
         assert [r.name for r in panel.track.rows] == ["read the unit"]
-        app.action_emit(StepEvent("deploy", "done", "deployed", at=events[0].at + 2))
-        app.open_action("eval", "Eval run", "serve")  # once it has finished, the next action takes the view
+        app.actions.emit(StepEvent("deploy", "done", "deployed", at=events[0].at + 2))
+        app.actions.open("eval", "Eval run", "serve")  # once it has finished, the next action takes the view
         assert panel.track.title == "Eval run" and panel.track.action == "eval"
 
 

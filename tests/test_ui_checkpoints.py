@@ -76,7 +76,7 @@ async def test_D_opens_the_wizard_with_the_selected_checkpoint(lab: Lab, tmp_pat
         assert isinstance(app.screen, DeployForm)  # the form stays open; nothing changed
         await pilot.press("escape")
         await wait_for(lambda: not isinstance(app.screen, DeployForm), 60, what="the form to close", pilot=pilot)
-        await wait_for(lambda: app._action_running is None, 60, what="the flow to end", pilot=pilot)
+        await wait_for(lambda: app.actions.running is None, 60, what="the flow to end", pilot=pilot)
 
         # move the cursor to step 100 (an HF folder) and press D again
         table.table.focus()
@@ -86,7 +86,7 @@ async def test_D_opens_the_wizard_with_the_selected_checkpoint(lab: Lab, tmp_pat
         await wait_for(lambda: isinstance(app.screen, DeployForm), 60, what="the deploy form again", pilot=pilot)
         assert app.screen.query_one("#deploy-draft_model", Input).value == str(root / "dflash-run-step100")
         await pilot.press("escape")
-        await wait_for(lambda: app._action_running is None, 60, what="the flow to end", pilot=pilot)
+        await wait_for(lambda: app.actions.running is None, 60, what="the flow to end", pilot=pilot)
         events = app.query_one(EventsPane).lines
         assert any(f"draft model: checkpoint dflash-run-step200 (step 200) from train: {root}" in ln for ln in events)
         assert any("it has no config.json" in ln for ln in events)

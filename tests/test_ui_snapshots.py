@@ -94,10 +94,10 @@ async def deploy_running(pilot: Pilot[Any]) -> None:
 
     app: ConsoleApp = pilot.app  # type: ignore[assignment]
     await settle(pilot)
-    app.open_action("deploy", "Deploy to serve", "serve", scroll_to="serving",
+    app.actions.open("deploy", "Deploy to serve", "serve", scroll_to="serving",
                     state=lambda: serving_state(app, "serve"))
     for event in sd.sample_deploy_events():
-        app.action_emit(event)
+        app.actions.emit(event)
     await settle(pilot)
     app.clear_notifications()  # the "started" toast comes and goes with the timing: not in the picture
     await settle(pilot)

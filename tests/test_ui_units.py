@@ -184,7 +184,7 @@ def test_formatting() -> None:
 
 
 def test_gpu_cells_never_invent_values() -> None:
-    from specconsole.sources.gpu import GpuProcess, GpuReading
+    from specconsole.formats.nvidia_smi import GpuProcess, GpuReading
 
     r = GpuReading(index=3, uuid="u3", name="NVIDIA H200", utilization_pct=None, memory_used_mib=61000.0,
                    memory_total_mib=143771.0, power_draw_w=None, power_limit_w=700.0, temperature_c=91.0,

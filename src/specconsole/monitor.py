@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 from specconsole.config import Config, HostConfig
 from specconsole.events import EventLog
+from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.hosts import Connection, ConnState, Host, make_host
 from specconsole.hosts.address import ssh_address
 from specconsole.samples import Sample
 from specconsole.shutdown import STOP_TIMEOUT_S
 from specconsole.sources import Publish, Source
-from specconsole.sources.gpu import GpuSnapshot
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.sources.training import TrainingProgress
 
@@ -36,6 +36,8 @@ ABORT_GRACE_S = 0.2
 
 #: ``listener(host_name, kind)`` where kind is a source kind or "connection".
 ChangeListener = Callable[[str, str], None]
+#: Plot points from before now: ``{(host, kind): [(at, value), ...]}``.
+HistoryPoints = dict[tuple[str, str], list[tuple[float, float | None]]]
 
 
 @dataclass(frozen=True)
@@ -288,6 +290,10 @@ class Fleet:
         """The host ``name``'s connection (the one its monitor reads through), if configured."""
         monitor = self.monitors.get(name)
         return monitor.host if monitor is not None else None
+
+    def take_history(self) -> HistoryPoints:
+        """The plots' history Prometheus' ``query_range`` brought, once (none without Prometheus)."""
+        return self.prometheus.take_history() if self.prometheus is not None else {}
 
     async def first_snapshot(self, timeout: float) -> list[HostStatus]:
         """Wait until every host is complete or known unreachable, at most ``timeout`` s."""

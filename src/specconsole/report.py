@@ -12,9 +12,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age, format_bytes
-from specconsole.sources.gpu import GpuSnapshot
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.sources.training import TrainingProgress
 from specconsole.values import printable

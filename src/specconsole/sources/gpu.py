@@ -1,13 +1,14 @@
-"""GPU readings: ``nvidia-smi`` query streams on any host, NVML on the local one.
+"""Which GPU source a host gets: ``nvidia-smi`` query streams on any host, NVML on the local one.
 
-Readings, their types and the query format live in :mod:`specconsole.formats.nvidia_smi`
-(re-exported here).
+The two sources live in their own modules, both following the contract of
+:mod:`specconsole.sources`; the readings and the query format are in
+:mod:`specconsole.formats.nvidia_smi`:
 
-Two sources, both following the contract of :mod:`specconsole.sources`:
-
-* :class:`NvidiaSmiSource` keeps ONE long-lived ``nvidia-smi --query-gpu=... -lms N`` process per
-  host (plus one ``--query-compute-apps`` process), never a process per sample.
-* :class:`NvmlSource` polls NVML (``nvidia-ml-py``) in a worker thread for the local machine.
+* :class:`~specconsole.sources.nvidia_smi.NvidiaSmiSource` keeps ONE long-lived
+  ``nvidia-smi --query-gpu=... -lms N`` process per host (plus one ``--query-compute-apps``
+  process), never a process per sample.
+* :class:`~specconsole.sources.nvml.NvmlSource` polls NVML (``nvidia-ml-py``) in a worker thread
+  for the local machine.
 
 :func:`make_gpu_source` picks one from the host's ``[gpu]`` config.
 """
@@ -18,23 +19,10 @@ import contextlib
 import importlib
 
 from specconsole.config import GpuConfig
-from specconsole.formats.nvidia_smi import (
-    QUERY_APPS_FIELDS,
-    QUERY_GPU_FIELDS,
-    GpuProcess,
-    GpuReading,
-    GpuSnapshot,
-    GpuState,
-)
 from specconsole.hosts.base import Host
 from specconsole.hosts.local import LocalHost
 from specconsole.sources.nvidia_smi import NvidiaSmiSource
 from specconsole.sources.nvml import NvmlSource
-
-__all__ = [
-    "QUERY_APPS_FIELDS", "QUERY_GPU_FIELDS", "GpuProcess", "GpuReading", "GpuSnapshot",
-    "GpuSource", "GpuState", "NvidiaSmiSource", "NvmlSource", "make_gpu_source", "nvml_available",
-]
 
 
 def nvml_available() -> bool:

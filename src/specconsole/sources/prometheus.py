@@ -28,8 +28,8 @@ import msgspec
 
 from specconsole.config import Config, HostConfig, PrometheusConfig
 from specconsole.errors import SpecConsoleError
+from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
 from specconsole.http_body import MIB, BodyTooLarge, mib_text, read_capped
-from specconsole.sources.gpu import GpuReading, GpuSnapshot, GpuState
 from specconsole.sources.sglang import ServerState, SglangMetrics, SglangSnapshot
 
 #: DCGM field -> (GpuReading attribute, the nvidia-smi field name used in ``unavailable``).

@@ -25,10 +25,10 @@ from typing import Any
 
 from specconsole.config import Config, HostConfig
 from specconsole.events import EventLog
+from specconsole.formats.nvidia_smi import GpuSnapshot, GpuState
 from specconsole.http_body import MIB
 from specconsole.samples import Sample
 from specconsole.sources import Publish
-from specconsole.sources.gpu import GpuSnapshot, GpuState
 from specconsole.sources.prometheus import (
     UTIL,
     GpuFields,

@@ -14,14 +14,17 @@ Structure:
   (:mod:`specconsole.ui.registry`), remapped by ``[keys]``, gated by read-only mode.
 - themes are loaded from TOML files (:mod:`specconsole.ui.themes`); ``t`` cycles them,
   and the choice is remembered in ``console.state_dir``.
-- destructive actions go through :meth:`ConsoleApp.run_action_flow` (one hook); it, the action
-  view and the eval run are in :mod:`specconsole.ui.app_actions`.
-- leaving (``q``, signals, the terminal going away) is in :mod:`specconsole.ui.app_leaving`.
+- the app is made of parts that take only what they use: ``actions``
+  (:class:`~specconsole.ui.app_actions.ConsoleActions`: the action view, the flows each
+  :class:`~specconsole.ui.registry.ActionSpec` carries, the eval run), ``leaving``
+  (:class:`~specconsole.ui.app_leaving.Leaving`: ``q``, signals, the terminal going away) and
+  ``fleet_nav`` (:class:`~specconsole.ui.fleet_view.FleetNavigator`: fleet view or host panes);
+  the app's methods for Textual's keys, messages and hooks hand over to them.
+- the per-host panes come from one registry (:data:`specconsole.ui.panes.PER_HOST_PANES`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import os
@@ -29,15 +32,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 from rich.console import Console
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
-from textual.css.query import NoMatches
-from textual.notifications import Notification
+from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import BUILTIN_THEMES
 from textual.timer import Timer
@@ -45,29 +47,22 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from specconsole import gc_tuning, paths
-from specconsole.config import Config, HostConfig
+from specconsole.config import Config
 from specconsole.events import Event, EventLog
 from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
-from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children
+from specconsole.shutdown import ExitGuard, kill_children
+from specconsole.ui import context
 from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.app_actions import ActionsMixin
-from specconsole.ui.app_leaving import LeavingMixin
-from specconsole.ui.console_screen import ConsoleScreen
+from specconsole.ui.app_actions import ConsoleActions
+from specconsole.ui.app_leaving import Leaving
 from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
 from specconsole.ui.palette import ActionsProvider
-from specconsole.ui.panes import (
-    EventList,
-    EventsPane,
-    HostPane,
-    ServingPane,
-    SummaryBar,
-    TrainingPane,
-    View,
-)
+from specconsole.ui.pane_base import PerHostPane, View
+from specconsole.ui.panes import EventList, EventsPane, SummaryBar, per_host_panes
 from specconsole.ui.provider import StatusProvider
 from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, keymap, plan_keys, registry_bindings
 from specconsole.ui.screens import HelpScreen
@@ -79,11 +74,7 @@ COALESCE_S = 0.05
 W = TypeVar("W", bound=Widget)
 
 
-def _dom_id(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
-
-
-class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
+class ConsoleApp(App[int]):
     """The console. ``fleet`` defaults to a real :class:`Fleet` for ``config``."""
 
     CSS_PATH = "console.tcss"
@@ -103,8 +94,6 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
                  start_fleet: bool = True, no_audit: bool = False) -> None:
         self._config = config
         self._read_only = read_only or config.console.read_only
-        #: ``--no-audit``: kill and deploy may run when the audit log cannot be written
-        self.no_audit = no_audit
         self.clock = clock
         self.loaded_themes = themes if themes is not None else load_themes()
         if fleet is None:
@@ -116,29 +105,20 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         self.key_plan: KeyPlan = plan_keys(config.keys, self._read_only)
         self.history = History()
         self.console_state = ConsoleState(config.console.state_dir)
-        self.handle_signals = handle_signals
         self.start_fleet = start_fleet
-        self.exit_signal: int | None = None
-        self._console_loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Future[None] | None = None
         self._refresh_timer: Timer | None = None
-        self._leaving: asyncio.Future[None] | None = None
-        #: the ``specconsole`` command: on leaving, end the process once the terminal is restored
-        self.leave_process = False
-        # SIGHUP/SIGTERM/SIGINT and q: leave within the guard's deadline whatever the loop is doing
-        self.exit_guard = ExitGuard(note=lambda m: self.events.record(m, level="warning"),
-                                    restore=self._restore_terminal) if handle_signals else None
         self.first_full_frame_at: float | None = None
-        self._dirty: set[str] = set()
         self._pending: Timer | None = None
         self._refreshes = 0
-        self._panes: list[HostPane | ServingPane | TrainingPane] | None = None
+        self._panes: list[PerHostPane] | None = None  # the mounted ones, until panes_changed()
         self._seen: set[str] = set()  # hosts that had complete data at a redraw
         self.freshness = Staleness()  # each value's stale state, with hysteresis
         self.fleet_nav = FleetNavigator(self)  # fleet view or host panes (issue 13)
+        self.actions = ConsoleActions(self, config=config, fleet=fleet, key_plan=self.key_plan, clock=clock,
+                                      no_audit=no_audit)
+        self.leaving = Leaving(self, fleet=fleet, events=self.events, quit_key=lambda: self.key_plan.key_of("quit"),
+                               stop_redraws=self._stop_redraws, handle_signals=handle_signals)
         self._console_thread_id = threading.get_ident()
-        self._action_running: str | None = None
-        self._echoes: list[Notification] = []  # toasts that repeat the action view (see ``echo``)
         self._cli_theme = theme
         super().__init__()
         self._install_bindings()
@@ -172,6 +152,19 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
     def theme_names(self) -> list[str]:
         return self.loaded_themes.names or ["textual-dark", "textual-light"]
 
+    @property
+    def fleet_shown(self) -> bool:
+        return self.fleet_nav.showing_fleet
+
+    @property
+    def exit_guard(self) -> ExitGuard | None:
+        """SIGHUP/SIGTERM/SIGINT and q: leave within the guard's deadline (None in tests' apps)."""
+        return self.leaving.guard
+
+    @exit_guard.setter
+    def exit_guard(self, guard: ExitGuard | None) -> None:
+        self.leaving.guard = guard
+
     # -- set-up ----------------------------------------------------------------------------
     def _install_bindings(self) -> None:
         """``[keys]``, as resolved by the registry's plan, becomes Textual's keymap (binding ids are
@@ -188,42 +181,32 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         for theme in self.loaded_themes.themes.values():
             self.register_theme(theme)
 
-    def detail_panes(self, hosts: Sequence[HostConfig]) -> tuple[list[Widget], list[Widget]]:
-        """The host panes and the serving/training panes of ``hosts``."""
-        names = {h.name for h in hosts}
-        return ([HostPane(h, id=f"host-{_dom_id(h.name)}") for h in hosts],
-                [*(ServingPane(h, id=f"serving-{_dom_id(h.name)}") for h in self.config.serve_hosts
-                   if h.name in names),
-                 *(TrainingPane(h, id=f"training-{_dom_id(h.name)}") for h in self.config.train_hosts
-                   if h.name in names)])
-
     def panes_changed(self) -> None:
+        """Per-host panes were mounted or removed (a fleet drill-down): look them up again."""
         self._panes = None
 
-    def get_default_screen(self) -> Screen[Any]:
-        return ConsoleScreen()
+    def get_driver_class(self) -> type[Driver]:
+        return self.leaving.driver_class(super().get_driver_class())
 
     def compose(self) -> ComposeResult:
         # past console.fleet_threshold hosts: the fleet view, and panes only for a host drilled into
-        top, middle = self.detail_panes(() if self.fleet_nav.fleet_mode else self.config.hosts)
+        panes = per_host_panes(() if self.fleet_nav.fleet_mode else self.config.hosts)
         yield SummaryBar(id="summary")
-        yield FleetView(self.config, id="fleet")
+        yield FleetView(self.config, self.fleet_nav, id="fleet")
         with VerticalScroll(id="body"):
-            with Container(id="hosts", classes=f"-n{min(len(top), 3)}"):
-                yield from top
+            with Container(id="hosts", classes=f"-n{min(len(panes['hosts']), 3)}"):
+                yield from panes["hosts"]
             with Container(id="middle"):
-                yield from middle
+                yield from panes["middle"]
                 yield EvalPane(id="eval")
             yield EventsPane(self.events, id="events")
         yield ActionPanel(id="action")
         yield Footer()
 
     async def on_mount(self) -> None:
-        self._console_loop = asyncio.get_running_loop()
-        if self.exit_guard is not None:
-            self.exit_guard.install(self._signal_received)
+        self.leaving.install()
         self.fleet.subscribe(self._fleet_changed)
-        self.screen_change_signal.subscribe(self, self._drop_echoes)
+        self.screen_change_signal.subscribe(self, self.actions.drop_echoes)
         if self._cli_theme and self._cli_theme != self.console_state.theme:
             self._remember_theme(self._cli_theme)
         self._refresh_timer = self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes,
@@ -241,23 +224,31 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
             self.events.emit(f"starting the monitors failed: {err}", level="error")
 
     async def on_unmount(self) -> None:
-        stopping = self._stopping or asyncio.ensure_future(self._stop_fleet())
-        await asyncio.wait([stopping], timeout=STOP_TIMEOUT_S + 0.5)  # the fleet's stop is bounded too
+        await self.leaving.stopped()
+
+    # -- leaving (app_leaving.py) ------------------------------------------------------
+    def action_quit(self) -> None:  # type: ignore[override]
+        self.leaving.leave(0, None)
+
+    def quit_key_pressed(self, key: str) -> None:
+        """The driver's hook (from its input thread, before the loop sees the key)."""
+        self.leaving.quit_key_pressed(key)
+
+    def _stop_redraws(self) -> None:
+        if self._refresh_timer is not None:
+            self._refresh_timer.stop()
 
     # -- change notifications (may come from any thread) ----------------------------------
     def _fleet_changed(self, host: str, kind: str) -> None:
-        if self._stopping is not None:
+        if self.leaving.stopping is not None:
             return  # leaving: hosts closing must not cost redraws
         if threading.get_ident() != self._console_thread_id:
             self.call_from_thread(self._fleet_changed, host, kind)
             return
-        self._dirty.add(host)
-        urgent = kind == "connection" or not self._has_data(host)
+        # a set, not a DOM query, for a host's first data: this runs for every sample of every host
+        urgent = kind == "connection" or host not in self._seen
         if urgent and self._pending is None and self.is_running:
             self._pending = self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
-
-    def _has_data(self, host: str) -> bool:
-        return host in self._seen  # a set, not a DOM query: this runs for every sample of every host
 
     def _coalesced_refresh(self) -> None:
         self._pending = None
@@ -281,21 +272,10 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
     @property
     def main_screen(self) -> Screen[Any] | None:
         """The console's own screen (the bottom of the stack), also while a dialog is open."""
-        return self.screen_stack[0] if self.screen_stack else None
+        return context.main_screen(self)
 
     def _one(self, widget_type: type[W], selector: str | None = None) -> W | None:
-        screen = self.main_screen
-        if screen is None:
-            return None
-        try:
-            return screen.query_one(selector or widget_type, widget_type)  # type: ignore[arg-type]
-        except NoMatches:
-            return None
-
-    def _host_pane(self, name: str) -> HostPane | None:
-        return self._one(HostPane, f"#host-{_dom_id(name)}")
-
-    host_pane = _host_pane
+        return context.find(self, widget_type, selector)
 
     def statuses(self) -> dict[str, HostStatus]:
         return {s.name: s for s in self.fleet.statuses()}
@@ -308,14 +288,12 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
             return
         now = self.clock()
         statuses = self.statuses()
-        prometheus = getattr(self.fleet, "prometheus", None)  # plots' history from query_range
-        if prometheus is not None:
-            self.history.seed(prometheus.take_history())
+        self.history.seed(self.fleet.take_history())  # plots' history from Prometheus' query_range
         for s in statuses.values():
             self.history.record(s)
         view = View(now=now, palette=self.palette, history=self.history, freshness=self.freshness)
         if self._panes is None:  # the panes change only on a drill-down; walking the DOM does cost
-            self._panes = [*screen.query(HostPane), *screen.query(ServingPane), *screen.query(TrainingPane)]
+            self._panes = list(screen.query(PerHostPane))  # every kind in PER_HOST_PANES
         if self.fleet_nav.body_shown:  # hidden panes do no work
             for pane in self._panes:
                 pane.show(statuses.get(pane.host.name), view)
@@ -327,7 +305,6 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         if action is not None and action.display:
             action.redraw(now)
         self._flush_events()
-        self._dirty.clear()
         self._refreshes += 1
         processes = self.fleet_nav.body_shown  # the fleet view does not show GPU processes
         if self.first_full_frame_at is None and statuses and all(
@@ -425,6 +402,25 @@ class ConsoleApp(LeavingMixin, ActionsMixin, App[int]):
         if view is not None:
             view.open_filter()
 
+    # -- actions with a flow, the action view, the eval run (app_actions.py) --------------
+    def action_kill_training(self) -> None:
+        self.actions.start("kill_training")
+
+    def action_deploy(self) -> None:
+        self.actions.start("deploy")
+
+    def action_deploy_checkpoint(self) -> None:
+        self.actions.start("deploy_checkpoint")
+
+    def action_close_action_view(self) -> None:
+        if not self.actions.close_view():
+            self.fleet_nav.back()  # from a host's panes back to the fleet view
+
+    def action_eval_run(self) -> None:
+        self.query_one(EvalPane).action_start_run()
+
+    def on_eval_pane_run_requested(self, message: EvalPane.RunRequested) -> None:
+        self.actions.start_eval(message.pane)
 
 
 def run_console(config: Config, *, read_only: bool, theme: str | None,
@@ -452,7 +448,7 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     guard = app.exit_guard
     assert guard is not None
     guard.cleanup = cleanup
-    app.leave_process = leave_process
+    app.leaving.leave_process = leave_process
     try:
         result = app.run()
     finally:

@@ -1,112 +1,112 @@
-"""The console's side of actions: the action view, the destructive-action hook, the eval run.
+"""The console's side of actions: the action view, the destructive flows, the eval run.
 
-:class:`ActionsMixin` is part of :class:`~specconsole.ui.app.ConsoleApp`: :meth:`open_action`
-and :meth:`action_emit` feed the action view (:class:`~specconsole.ui.action_view.ActionPanel`);
-every destructive action goes through :meth:`run_action_flow` (one hook, the flows are in
-:mod:`specconsole.ui.flows`), one at a time.
+:class:`ConsoleActions` is held by :class:`~specconsole.ui.app.ConsoleApp` (``app.actions``):
+:meth:`~ConsoleActions.open` and :meth:`~ConsoleActions.emit` feed the action view
+(:class:`~specconsole.ui.action_view.ActionPanel`); :meth:`~ConsoleActions.start` runs the flow an
+:class:`~specconsole.ui.registry.ActionSpec` carries (:mod:`specconsole.ui.flows`), one at a time,
+handing it this object as its :class:`~specconsole.ui.flows.FlowContext`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual.app import App
 from textual.css.query import NoMatches
-from textual.notifications import Notification, Notify
-from textual.screen import ModalScreen
+from textual.notifications import Notification, Notify, SeverityLevel
+from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 
-from specconsole.actions.steps import Emit, StepEvent
-from specconsole.eval.store import EvalRun
+from specconsole.actions.steps import Emit, StepEvent, audit
 from specconsole.ui.action_view import ActionPanel
+from specconsole.ui.checkpoints_pane import selected_checkpoint
+from specconsole.ui.context import find
 from specconsole.ui.eval_pane import EvalPane, OnResult
+from specconsole.ui.flows import serving_state
 from specconsole.ui.registry import BY_ID
 from specconsole.ui.screens import ConfirmScreen
 
 if TYPE_CHECKING:
-    from textual.screen import Screen
-
     from specconsole.config import Config
+    from specconsole.eval.store import EvalRun
     from specconsole.events import EventLog
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.fleet_view import FleetNavigator
+    from specconsole.hosts import Host
+    from specconsole.monitor import HostStatus
+    from specconsole.sources.checkpoints import Checkpoint
     from specconsole.ui.provider import StatusProvider
     from specconsole.ui.registry import KeyPlan
 
-    _AppBase = App[int]
-else:
-    _AppBase = object
-
-W = TypeVar("W", bound=Widget)
+T = TypeVar("T")
 
 
-class ActionsMixin(_AppBase):
-    """What actions do in the console; part of :class:`~specconsole.ui.app.ConsoleApp`, which sets these."""
+class ConsoleActions:
+    """What actions do in the console (a :class:`~specconsole.ui.flows.FlowContext`)."""
 
-    fleet: StatusProvider
-    events: EventLog
-    key_plan: KeyPlan
-    fleet_nav: FleetNavigator
-    clock: Callable[[], float]
-    _action_running: str | None
+    def __init__(self, app: App[Any], *, config: Config, fleet: StatusProvider, key_plan: KeyPlan,
+                 clock: Callable[[], float], no_audit: bool) -> None:
+        self.app = app
+        self._config = config
+        self.fleet = fleet
+        self.key_plan = key_plan
+        self.clock = clock
+        self._no_audit = no_audit
+        #: the id of the flow running now (one at a time)
+        self.running: str | None = None
+        self._echoes: list[Notification] = []  # toasts that repeat the action view (see ``echo``)
 
-    if TYPE_CHECKING:
-        @property
-        def config(self) -> Config: ...
-
-        @property
-        def main_screen(self) -> Screen[Any] | None: ...
-
-        def _one(self, widget_type: type[W], selector: str | None = None) -> W | None: ...
+    # -- the FlowContext ---------------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        return self._config
 
     @property
-    def console_app(self) -> ConsoleApp:
-        """This app as what it is (the flows take the whole console)."""
-        return cast("ConsoleApp", self)
+    def events(self) -> EventLog:
+        return self.fleet.events
 
-    def action_eval_run(self) -> None:
-        self.query_one(EvalPane).action_start_run()
+    @property
+    def no_audit(self) -> bool:
+        return self._no_audit
 
-    def on_eval_pane_run_requested(self, message: EvalPane.RunRequested) -> None:
-        """``e`` (or the palette) in the eval pane: measure the configured serving host."""
-        message.pane.start(self._start_eval)
+    @property
+    def screen(self) -> Screen[Any]:
+        return self.app.screen
 
-    async def _start_eval(self, emit: Emit, on_result: OnResult) -> EvalRun:
-        """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
-        from specconsole.actions.steps import audit
-        from specconsole.eval.start import start_eval
-        from specconsole.ui.flows import serving_state
+    def statuses(self) -> dict[str, HostStatus]:
+        return {s.name: s for s in self.fleet.statuses()}
 
-        serve = self.config.serve_hosts[0].name if self.config.serve_hosts else ""
-        monitor = getattr(self.fleet, "monitors", {}).get(serve)  # its connection carries the tunnel
-        panel = self.open_action("eval", "Eval run", serve, scroll_to="eval",
-                                 state=(lambda: serving_state(self.console_app, serve)) if serve else None)
+    def host(self, name: str) -> Host | None:
+        return self.fleet.host(name)
 
-        def both(event: StepEvent) -> None:
-            emit(event)
-            self.action_emit(event)
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None) -> None:
+        self.app.notify(message, title=title, severity=severity, timeout=timeout)
 
-        try:
-            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result,
-                                    connection=monitor.host if monitor is not None else None)
-        except Exception as err:
-            if panel.track is not None and panel.track.action == "eval" and not panel.track.finished:
-                self.action_emit(StepEvent("eval", "failed", str(err).splitlines()[0] if str(err) else repr(err)))
-            raise
+    async def confirm(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> bool:
+        """Ask in a modal dialog whose default button is Cancel (call from a worker, e.g. a flow)."""
+        answer: bool = await self.app.push_screen_wait(ConfirmScreen(title, body, confirm_label,
+                                                                     destructive=destructive))
+        return answer
+
+    async def ask(self, screen: Screen[T]) -> T:
+        answer: T = await self.app.push_screen_wait(screen)
+        return answer
+
+    def selected_checkpoint(self) -> tuple[str, Checkpoint] | str:
+        return selected_checkpoint(self.app)
 
     # -- the action view ---------------------------------------------------------------
     @property
     def action_panel(self) -> ActionPanel:
         """The action view (on the console's own screen, also while a dialog is open)."""
-        panel = self._one(ActionPanel)
+        panel = find(self.app, ActionPanel)
         if panel is None:
             raise NoMatches("the console's screen has no action view yet")
         return panel
 
-    def open_action(self, action: str, title: str, host: str, *, state: Callable[[], str] | None = None,
-                    scroll_to: str | None = None) -> ActionPanel:
-        """Show the action view for a new action (a toast says it started); feed it with :meth:`action_emit`.
+    def open(self, action: str, title: str, host: str, *, state: Callable[[], str] | None = None,
+             scroll_to: str | None = None) -> ActionPanel:
+        """Show the action view for a new action (a toast says it started); feed it with :meth:`emit`.
 
         ``action`` is the name its step events carry; ``state`` gives the view's last line (the
         host's state); ``scroll_to``: the pane that matters for it (``serving``, ``training``,
@@ -120,35 +120,33 @@ class ActionsMixin(_AppBase):
         panel.start(action, title, host, self.clock(), state)
         self.echo("started; its steps are in the action view below", title=title, timeout=4)
         if scroll_to:
-            target = self._one(Widget, f".{scroll_to}-pane")
+            target = find(self.app, Widget, f".{scroll_to}-pane")
             if target is not None:
-                self.call_after_refresh(target.scroll_visible, animate=False)
+                self.app.call_after_refresh(target.scroll_visible, animate=False)
         return panel
-
-    _echoes: list[Notification]
 
     def echo(self, message: str, *, title: str, timeout: float) -> None:
         """A toast that repeats what the action view shows ("started"): none while a dialog is open,
         and taken down when one opens (a toast sits over the dialog's right half, hiding its fields)."""
-        if isinstance(self.screen, ModalScreen):
+        if isinstance(self.app.screen, ModalScreen):
             return
         note = Notification(message, title, "information", timeout)
         self._echoes = [n for n in self._echoes if not n.has_expired] + [note]
-        self.post_message(Notify(note))
+        self.app.post_message(Notify(note))
 
-    def _drop_echoes(self, screen: Screen[Any]) -> None:
+    def drop_echoes(self, screen: Screen[Any]) -> None:
         """A dialog opened: take down the toasts that only repeat the action view (hidden behind it)."""
         if not isinstance(screen, ModalScreen):
             return
         for note in self._echoes:
-            if note in self._notifications:
-                self._unnotify(note)  # Textual has no public call to take one toast down
+            if note in self.app._notifications:
+                self.app._unnotify(note)  # Textual has no public call to take one toast down
         self._echoes = []
 
-    def action_emit(self, event: StepEvent) -> None:
+    def emit(self, event: StepEvent) -> None:
         """A step event of a running action: into the action view (when it is the one shown); a toast
         when it ends."""
-        panel = self._one(ActionPanel)
+        panel = find(self.app, ActionPanel)
         if panel is None:
             return
         shown = panel.feed(event)
@@ -158,65 +156,68 @@ class ActionsMixin(_AppBase):
         elif event.kind == "failed":
             self.notify(event.message, title=f"{title}: FAILED", severity="error", timeout=15)
 
-    def action_close_action_view(self) -> None:
-        panel = self._one(ActionPanel)
+    def close_view(self) -> bool:
+        """Escape: close the action view (not while its action runs); False when none is open."""
+        panel = find(self.app, ActionPanel)
         if panel is None or not panel.display:
-            self.fleet_nav.back()  # from a host's panes back to the fleet view
-            return
+            return False
         if not panel.close():
             self.notify("the action is still running; its view closes when it ends", severity="warning",
                         timeout=4)
-            return
-        screen = self.main_screen
-        if screen is not None:  # the rows it covered are the body's again: repaint them all
-            screen.refresh(layout=True)
-            self.call_after_refresh(screen.refresh, repaint=True)
+            return True
+        screen = panel.screen  # the rows it covered are the body's again: repaint them all
+        screen.refresh(layout=True)
+        self.app.call_after_refresh(screen.refresh, repaint=True)
+        return True
 
-    def action_kill_training(self) -> None:
-        self._start_flow("kill_training")
-
-    def action_deploy(self) -> None:
-        self._start_flow("deploy")
-
-    def action_deploy_checkpoint(self) -> None:
-        self._start_flow("deploy_checkpoint")
-
-    def _start_flow(self, action_id: str) -> None:
+    # -- the flows ---------------------------------------------------------------------
+    def start(self, action_id: str) -> None:
+        """Run the flow of ``action_id``'s spec in a worker; one at a time."""
         if action_id in self.key_plan.removed_ids:
             return  # read-only; the binding does not exist, this guards the palette and run_action
-        if self._action_running:
-            self.notify(f"{BY_ID[self._action_running].description} is still running", severity="warning")
+        if self.running:
+            self.notify(f"{BY_ID[self.running].description} is still running", severity="warning")
             return
-        self._action_running = action_id
+        spec = BY_ID[action_id]
+        flow = spec.flow
+        assert flow is not None, f"{action_id} has no flow"
+        self.running = action_id
 
-        async def flow() -> None:
+        async def run() -> None:
             try:
-                await self.run_action_flow(action_id)
+                await flow(self)
             except Exception as err:
-                self.events.emit(f"{BY_ID[action_id].description.lower()}: failed: {err!r}", level="error")
-                panel = self._one(ActionPanel)
-                action = {"kill_training": "kill-training", "deploy_checkpoint": "deploy"}.get(action_id, action_id)
-                if panel is not None and panel.track is not None and panel.track.action == action \
-                        and not panel.track.finished:
-                    self.action_emit(StepEvent(action, "failed", f"failed: {err!r}"))
+                self.events.emit(f"{spec.description.lower()}: failed: {err!r}", level="error")
+                panel = find(self.app, ActionPanel)
+                track = panel.track if panel is not None else None
+                if track is not None and track.action == spec.step_action and not track.finished:
+                    self.emit(StepEvent(spec.step_action, "failed", f"failed: {err!r}"))
             finally:
-                self._action_running = None
+                self.running = None
 
-        self.run_worker(flow(), name=action_id, group="actions", exit_on_error=False)
+        self.app.run_worker(run(), name=action_id, group="actions", exit_on_error=False)
 
-    async def confirm(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> bool:
-        """Ask in a modal dialog whose default button is Cancel (call from a worker, e.g. a flow)."""
-        answer: bool = await self.push_screen_wait(ConfirmScreen(title, body, confirm_label, destructive=destructive))
-        return answer
+    # -- the eval run ------------------------------------------------------------------
+    def start_eval(self, pane: EvalPane) -> None:
+        """``e`` (or the palette) in the eval pane: measure the configured serving host."""
+        pane.start(self._eval)
 
-    async def run_action_flow(self, action_id: str) -> None:
-        """THE hook for destructive actions (``kill_training``, ``deploy``); runs in a worker.
+    async def _eval(self, emit: Emit, on_result: OnResult) -> EvalRun:
+        """The eval pane's run: progress in the pane and, as steps, in the events pane + audit log."""
+        from specconsole.eval.start import start_eval
 
-        It owns the whole flow (:mod:`specconsole.ui.flows`): confirm (``await self.confirm(...)``,
-        Cancel focused), then act, emitting each step to ``self.events`` (events pane + audit log).
-        """
-        from specconsole.ui.flows import deploy_checkpoint_flow, deploy_flow, kill_training_flow
+        serve = self.config.serve_hosts[0].name if self.config.serve_hosts else ""
+        panel = self.open("eval", "Eval run", serve, scroll_to="eval",
+                          state=(lambda: serving_state(self, serve)) if serve else None)
 
-        flows = {"kill_training": kill_training_flow, "deploy": deploy_flow,
-                 "deploy_checkpoint": deploy_checkpoint_flow}
-        await flows[action_id](self.console_app)
+        def both(event: StepEvent) -> None:
+            emit(event)
+            self.emit(event)
+
+        try:  # the monitor's connection carries the tunnel
+            return await start_eval(self.config, emit=audit(self.events, also=both), on_result=on_result,
+                                    connection=self.host(serve) if serve else None)
+        except Exception as err:
+            if panel.track is not None and panel.track.action == "eval" and not panel.track.finished:
+                self.emit(StepEvent("eval", "failed", str(err).splitlines()[0] if str(err) else repr(err)))
+            raise

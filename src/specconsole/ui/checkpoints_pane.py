@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static
 from specconsole.samples import format_age
 from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
 from specconsole.ui.format import escape
+from specconsole.ui.pane_base import PerHostPane
 
 
 def size_text(size: int | None) -> str:
@@ -129,8 +130,7 @@ def selected_checkpoint(app: App[Any]) -> tuple[str, Checkpoint] | str:
         ckpt = table.selected
         if ckpt is not None:
             pane = table.parent
-            host = getattr(getattr(pane, "host", None), "name", "?")
-            return host, ckpt
+            return (pane.host.name if isinstance(pane, PerHostPane) else "?"), ckpt
     if not tables:
         return "no training host configured; add a [[hosts]] with role = \"train\" to the config"
     listings = [t.listing for t in tables if t.listing is not None]

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -25,6 +25,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.message import Message
+from textual.screen import Screen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
@@ -44,12 +45,10 @@ from specconsole.ui.fleet_rows import (
     order,
     summary_text,
 )
-from specconsole.ui.panes import View
+from specconsole.ui.pane_base import PerHostPane, View
+from specconsole.ui.panes import per_host_panes
 from specconsole.ui.text_block import TextBlock
 from specconsole.values import printable
-
-if TYPE_CHECKING:
-    from specconsole.ui.app import ConsoleApp
 
 
 def fleet_mode(config: Config) -> bool:
@@ -254,9 +253,10 @@ class FleetView(Vertical):
     FleetView FleetTable { height: 1fr; }
     """
 
-    def __init__(self, config: Config, **kwargs: Any) -> None:
+    def __init__(self, config: Config, navigator: FleetNavigator | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.config = config
+        self.navigator = navigator  # the console's (sort, filter and Enter go through it)
         self.by_name: dict[str, HostConfig] = {h.name: h for h in config.hosts}
         self.sort = 0
         self.query_text = ""
@@ -304,10 +304,8 @@ class FleetView(Vertical):
         self.table.set_rows(shown, view.palette)
 
     def _redraw(self) -> None:
-        app = self.app
-        refresh = getattr(app, "refresh_panes", None)
-        if callable(refresh):
-            refresh()
+        if self.navigator is not None:
+            self.navigator.console.refresh_panes()
 
     # -- sort and filter ------------------------------------------------------------------
     def cycle_sort(self) -> str:
@@ -344,9 +342,8 @@ class FleetView(Vertical):
 
     def on_fleet_table_selected(self, event: FleetTable.Selected) -> None:
         event.stop()
-        nav = getattr(self.app, "fleet_nav", None)
-        if isinstance(nav, FleetNavigator):
-            self.run_worker(nav.drill(event.host), group="fleet-nav", exit_on_error=False)
+        if self.navigator is not None:
+            self.run_worker(self.navigator.drill(event.host), group="fleet-nav", exit_on_error=False)
 
 
 def _escape(text: str) -> str:
@@ -355,13 +352,28 @@ def _escape(text: str) -> str:
 
 # ------------------------------------------------------------------------------ navigation
 
+class NavigatorHost(Protocol):
+    """What the fleet navigator uses of the console."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def main_screen(self) -> Screen[Any] | None: ...
+
+    def refresh_panes(self) -> None: ...
+
+    def panes_changed(self) -> None:
+        """Per-host panes were mounted or removed."""
+
+
 class FleetNavigator:
     """What the console's body shows: the fleet view, or host panes (all of them, or the one
     host drilled into). The app asks it which panes to draw; hidden ones are never drawn."""
 
-    def __init__(self, app: ConsoleApp) -> None:
-        self.app = app
-        self.fleet_mode = fleet_mode(app.config)
+    def __init__(self, console: NavigatorHost) -> None:
+        self.console = console
+        self.fleet_mode = fleet_mode(console.config)
         self.showing_fleet = self.fleet_mode
         self.detail: str | None = None  # the host drilled into
         self._mounted: list[Widget] = []  # fleet mode: that host's panes, removed on the way back
@@ -371,7 +383,7 @@ class FleetNavigator:
     def view(self) -> FleetView | None:
         """The fleet view (looked up once: a DOM query on every redraw costs)."""
         if self._view is None or not self._view.is_attached:
-            screen = self.app.main_screen
+            screen = self.console.main_screen
             found = screen.query(FleetView) if screen is not None else None
             self._view = found.first() if found else None
         return self._view
@@ -382,7 +394,7 @@ class FleetNavigator:
 
     def apply(self) -> None:
         """Show the fleet view or the body, as decided."""
-        view, screen = self.view, self.app.main_screen
+        view, screen = self.view, self.console.main_screen
         if view is None or screen is None:
             return
         body = screen.query_one("#body")
@@ -391,8 +403,8 @@ class FleetNavigator:
         view.table.can_focus = self.showing_fleet  # hidden: out of the focus chain
         if self.showing_fleet:
             view.table.focus()
-        elif self.app.focused is not None and view in self.app.focused.ancestors_with_self:
-            self.app.set_focus(None)
+        elif screen.focused is not None and view in screen.focused.ancestors_with_self:
+            screen.set_focus(None)
 
     def rows(self, statuses: Sequence[HostStatus], view: View) -> list[FleetRow] | None:
         """Every host's row when the fleet view is in use (shown, or the console is in fleet mode)."""
@@ -412,41 +424,40 @@ class FleetNavigator:
         if self.showing_fleet:
             view = self.view
             host = self.detail or (view.table.cursor_host if view is not None else None)
-            if host is not None:
-                self.app.run_worker(self.drill(host), group="fleet-nav", exit_on_error=False)
+            if view is not None and host is not None:
+                view.run_worker(self.drill(host), group="fleet-nav", exit_on_error=False)
             return
         self.showing_fleet = True
         self.apply()
-        self.app.refresh_panes()
+        self.console.refresh_panes()
 
     async def drill(self, host: str) -> None:
         """Show ``host``'s panes (in fleet mode they are mounted now, only for that host)."""
+        screen = self.console.main_screen
+        assert screen is not None
         if self.fleet_mode and host != self.detail:
             await self._unmount_detail()
-            hosts = [h for h in self.app.config.hosts if h.name == host]
-            top, middle = self.app.detail_panes(hosts)
-            screen = self.app.main_screen
-            assert screen is not None
+            panes = per_host_panes([h for h in self.console.config.hosts if h.name == host])
             hosts_box = screen.query_one("#hosts")
             hosts_box.set_classes("-n1")
-            await hosts_box.mount_all(top)
-            await screen.query_one("#middle").mount_all(middle, before=0)
-            self._mounted = [*top, *middle]
-            self.app.panes_changed()
+            await hosts_box.mount_all(panes["hosts"])
+            await screen.query_one("#middle").mount_all(panes["middle"], before=0)
+            self._mounted = [*panes["hosts"], *panes["middle"]]
+            self.console.panes_changed()
         self.detail = host
         self.showing_fleet = False
         self.apply()
-        self.app.refresh_panes()
-        pane = self.app.host_pane(host)
+        self.console.refresh_panes()
+        pane = next((p for p in screen.query(PerHostPane) if p.host.name == host), None)  # its first
         if pane is not None:
-            self.app.call_after_refresh(pane.scroll_visible, animate=False, top=True)
+            pane.call_after_refresh(pane.scroll_visible, animate=False, top=True)
 
     async def _unmount_detail(self) -> None:
         mounted, self._mounted = self._mounted, []
         for widget in mounted:
             await widget.remove()
         if mounted:
-            self.app.panes_changed()
+            self.console.panes_changed()
 
     def back(self) -> bool:
         """Escape: from a host's panes back to the fleet view (False when not in one)."""
@@ -454,5 +465,5 @@ class FleetNavigator:
             return False
         self.showing_fleet = True
         self.apply()
-        self.app.refresh_panes()
+        self.console.refresh_panes()
         return True

@@ -4,12 +4,17 @@ Both reuse the actions core (:mod:`specconsole.actions`) on the monitor's own, a
 connected host, report every step into the action view (on screen while the action runs and
 until dismissed), the events pane and the audit log, and ask through a dialog whose default
 button is Cancel. Nothing here knows how a step is carried out.
+
+A flow sees the console only through :class:`FlowContext` (``ConsoleActions`` in
+:mod:`specconsole.ui.app_actions` implements it); its :class:`~specconsole.ui.registry.ActionSpec`
+names it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from specconsole.actions.on_demand import connect_on_demand
 from specconsole.actions.steps import Steps, audit, require_audit
@@ -17,13 +22,69 @@ from specconsole.errors import SpecConsoleError
 from specconsole.hosts import ConnState
 
 if TYPE_CHECKING:
-    from specconsole.config import HostConfig
+    from textual.notifications import SeverityLevel
+    from textual.screen import Screen
+
+    from specconsole.actions.steps import StepEvent
+    from specconsole.config import Config, HostConfig
+    from specconsole.events import EventLog
     from specconsole.hosts import Host
-    from specconsole.ui.action_view import ActionTrack
-    from specconsole.ui.app import ConsoleApp
+    from specconsole.monitor import HostStatus
+    from specconsole.sources.checkpoints import Checkpoint
+    from specconsole.ui.action_view import ActionPanel, ActionTrack
+
+T = TypeVar("T")
 
 
-def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | None:
+class StatusView(Protocol):
+    """Where the host states the action view's last line shows come from."""
+
+    def statuses(self) -> dict[str, HostStatus]: ...
+
+
+class FlowContext(StatusView, Protocol):
+    """What a flow uses of the console."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def events(self) -> EventLog: ...
+
+    @property
+    def no_audit(self) -> bool:
+        """``--no-audit``: kill and deploy may run when the audit log cannot be written."""
+
+    @property
+    def screen(self) -> Screen[Any]:
+        """The screen on top (a dialog while one is open)."""
+
+    def host(self, name: str) -> Host | None:
+        """The monitor's own connection to ``name`` (None: nothing to act through)."""
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None) -> None: ...
+
+    @property
+    def action_panel(self) -> ActionPanel: ...
+
+    def open(self, action: str, title: str, host: str, *, state: Callable[[], str] | None = None,
+             scroll_to: str | None = None) -> ActionPanel:
+        """Show the action view for a new action (its steps come through :meth:`emit`)."""
+
+    def emit(self, event: StepEvent) -> None: ...
+
+    async def confirm(self, title: str, body: str, confirm_label: str, *, destructive: bool = True) -> bool:
+        """Ask in a modal dialog whose default button is Cancel."""
+
+    async def ask(self, screen: Screen[T]) -> T:
+        """Push ``screen`` and wait for its answer."""
+
+    def selected_checkpoint(self) -> tuple[str, Checkpoint] | str:
+        """(training host, checkpoint) under the training pane's cursor, or why there is none."""
+
+
+def _host(app: FlowContext, role: str, what: str) -> tuple[HostConfig, Host] | None:
     hosts = app.config.train_hosts if role == "train" else app.config.serve_hosts
     if not hosts:
         message = f"{what}: no {role} host configured; add a [[hosts]] with role = \"{role}\" to the config"
@@ -31,7 +92,7 @@ def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | No
         app.notify(message, title=what, severity="warning", timeout=8)
         return None
     cfg = hosts[0]
-    host = app.fleet.host(cfg.name)
+    host = app.host(cfg.name)
     if host is None:
         message = f"{cfg.name}: this console shows fixed statuses and has no connection to act through"
         app.events.emit(f"{what}: {message}", cfg.name, "error")
@@ -46,7 +107,7 @@ def _host(app: ConsoleApp, role: str, what: str) -> tuple[HostConfig, Host] | No
     return cfg, host
 
 
-def _audited(app: ConsoleApp, what: str) -> bool:
+def _audited(app: FlowContext, what: str) -> bool:
     """Whether a kill or deploy may start: its audit record can be written, or the console was
     started with ``--no-audit`` (fail closed, as the headless commands)."""
     try:
@@ -60,13 +121,13 @@ def _audited(app: ConsoleApp, what: str) -> bool:
     return True
 
 
-def _current_step(app: ConsoleApp, name: str) -> int | None:
+def _current_step(app: StatusView, name: str) -> int | None:
     status = app.statuses().get(name)
     sample = status.training if status is not None else None
     return sample.value.step if sample is not None else None
 
 
-def serving_state(app: ConsoleApp, name: str) -> str:
+def serving_state(app: StatusView, name: str) -> str:
     """``serve: serving DFLASH, draft window 16, healthy`` from the monitor's latest sample."""
     status = app.statuses().get(name)
     sample = status.sglang if status is not None else None
@@ -87,7 +148,7 @@ def serving_state(app: ConsoleApp, name: str) -> str:
     return f"{name}: serving {algo}{window}, healthy"
 
 
-def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None) -> str:
+def training_state(app: StatusView, name: str, track: ActionTrack | None = None) -> str:
     """``train: training stopped at step N`` after a kill; the live step otherwise."""
     status = app.statuses().get(name)
     sample = status.training if status is not None else None
@@ -107,7 +168,7 @@ def training_state(app: ConsoleApp, name: str, track: ActionTrack | None = None)
     return f"{name}: training {'stalled' if p.stalled else 'running'}, {step}"
 
 
-async def kill_training_flow(app: ConsoleApp) -> None:
+async def kill_training_flow(app: FlowContext) -> None:
     """Find the job, show what will be killed (Cancel focused), then stop it step by step."""
     from specconsole.actions.kill import find_job, kill_job
 
@@ -120,9 +181,9 @@ async def kill_training_flow(app: ConsoleApp) -> None:
     def mine() -> ActionTrack | None:
         return panel.track if panel.track is not None and panel.track.action == "kill-training" else None
 
-    app.open_action("kill-training", f"Kill training on {cfg.name}", cfg.name, scroll_to="training",
+    app.open("kill-training", f"Kill training on {cfg.name}", cfg.name, scroll_to="training",
                     state=lambda: training_state(app, cfg.name, mine()))
-    steps = Steps("kill-training", audit(app.events, also=app.action_emit), host=cfg.name)
+    steps = Steps("kill-training", audit(app.events, also=app.emit), host=cfg.name)
     try:
         await connect_on_demand(host, steps, cfg.ssh.connect_timeout_s + 2)
         plan = await find_job(host, cfg, steps, current_step=_current_step(app, cfg.name))
@@ -140,7 +201,7 @@ async def kill_training_flow(app: ConsoleApp) -> None:
         steps.failed(str(err))
 
 
-async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: str | None = None) -> None:
+async def deploy_flow(app: FlowContext, draft_model: str | None = None, about: str | None = None) -> None:
     """The wizard: a form (algorithms from the host's --help, checked in place by preflight), the plan
     to confirm (Cancel focused), execute. ``draft_model`` prefills the draft model (a checkpoint)."""
     from specconsole.actions.deploy import DeployPlan, DeployRequest, execute, preflight
@@ -151,9 +212,9 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
     if found is None:
         return
     cfg, host = found
-    app.open_action("deploy", f"Deploy to {cfg.name}", cfg.name, scroll_to="serving",
+    app.open("deploy", f"Deploy to {cfg.name}", cfg.name, scroll_to="serving",
                     state=lambda: serving_state(app, cfg.name))
-    steps = Steps("deploy", audit(app.events, also=app.action_emit), host=cfg.name)
+    steps = Steps("deploy", audit(app.events, also=app.emit), host=cfg.name)
     try:
         await connect_on_demand(host, steps, cfg.ssh.connect_timeout_s + 2)
     except SpecConsoleError as err:
@@ -185,7 +246,7 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
         values["draft_model"] = draft_model
     if about:
         steps.info(about)
-    plan = await app.push_screen_wait(DeployForm(values, discover=discover, check=check))
+    plan = await app.ask(DeployForm(values, discover=discover, check=check))
     if plan is None:
         steps.done("cancelled by the operator; nothing was changed")
         return
@@ -194,7 +255,7 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
             steps.done("the unit already has these settings; nothing to deploy")
             return
         steps.hand_over("your confirmation of the plan")
-        if not await app.push_screen_wait(PlanScreen(plan)):
+        if not await app.ask(PlanScreen(plan)):
             steps.done("cancelled by the operator; nothing was changed")
             return
         await execute(host, plan, steps, operator="console")
@@ -202,11 +263,9 @@ async def deploy_flow(app: ConsoleApp, draft_model: str | None = None, about: st
         steps.failed(str(err))
 
 
-async def deploy_checkpoint_flow(app: ConsoleApp) -> None:
+async def deploy_checkpoint_flow(app: FlowContext) -> None:
     """``D``: the deploy wizard with the checkpoint under the training pane's cursor as the draft model."""
-    from specconsole.ui.checkpoints_pane import selected_checkpoint
-
-    picked = selected_checkpoint(app)
+    picked = app.selected_checkpoint()
     if isinstance(picked, str):
         app.events.emit(f"deploy checkpoint: {picked}", level="warning")
         app.notify(picked, title="Deploy checkpoint", severity="warning", timeout=8)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
+from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.monitor import HostStatus
-from specconsole.sources.gpu import GpuSnapshot
 
 KEEP = 600  # points; 10 min at 1 s samples, more than the widest plot shows
 

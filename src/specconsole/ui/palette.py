@@ -4,21 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from specconsole.ui.registry import key_display
+from specconsole.ui.registry import KeyPlan, key_display
 
-if TYPE_CHECKING:
-    from specconsole.ui.app import ConsoleApp
+
+@runtime_checkable
+class PaletteHost(Protocol):
+    """What the palette uses of the console."""
+
+    @property
+    def key_plan(self) -> KeyPlan: ...
+
+    def unavailable_reason(self, action_id: str) -> str | None:
+        """None when the action can run now, else why not."""
+
+    def trigger_action(self, action_id: str) -> None:
+        """Run the action (or say why it cannot run)."""
 
 
 class ActionsProvider(Provider):
     """Lists the bound actions (read-only mode has already removed the destructive ones)."""
 
     def _entries(self) -> Iterator[tuple[str, str, Any]]:
-        app: ConsoleApp = self.app  # type: ignore[assignment]
+        app = self.app
+        if not isinstance(app, PaletteHost):
+            return
         for bound in app.key_plan.bound:
             spec = bound.spec
             if spec.id == "command_palette":

@@ -3,14 +3,17 @@
 Every pane has ``show(status, view)``, called by the app on each refresh; a pane only touches
 the widgets whose text changed (GPU table rows by stable keys, one line each), so
 a 1 Hz refresh redraws a handful of cells, never the whole screen.
+
+The panes about one host derive from :class:`PerHostPane` and are listed in :data:`PER_HOST_PANES`,
+the one registry the app mounts them from (all hosts, or the one a fleet drill-down shows) and
+redraws them from.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.text import Text
@@ -20,11 +23,9 @@ from textual.containers import Vertical
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widget import Widget
 
 from specconsole.config import HostConfig
 from specconsole.events import Event, EventLog
-from specconsole.freshness import Staleness
 from specconsole.hosts.address import ssh_address
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age, format_bytes
@@ -33,7 +34,8 @@ from specconsole.ui.checkpoints_pane import CheckpointTable
 from specconsole.ui.fleet_rows import FleetRow, summary_text
 from specconsole.ui.format import escape
 from specconsole.ui.gpu_table import GpuTable
-from specconsole.ui.history import History, tokens_per_s
+from specconsole.ui.history import tokens_per_s
+from specconsole.ui.pane_base import PerHostPane, View, part, set_classes
 from specconsole.ui.serving_facts import deployment_lines
 from specconsole.ui.text_block import TextBlock
 from specconsole.ui.widgets import PlotRow, scroll_bindings
@@ -42,55 +44,27 @@ from specconsole.values import printable
 _BADGE_VAR = {"ok": "$success", "warn": "$warning", "bad": "$error", "idle": "$text-muted"}
 
 
-@dataclass(frozen=True)
-class View:
-    """What every pane needs besides its status: the clock, the colours and the histories."""
-
-    now: float
-    palette: fmt.Palette
-    history: History
-    compact: bool = False
-    #: each value's stale state between redraws (hysteresis: :mod:`specconsole.freshness`)
-    freshness: Staleness = field(default_factory=Staleness)
-
-
-W = TypeVar("W", bound=Widget)
-
-
-def _part(pane: Widget, selector: str, widget_type: type[W]) -> W:
-    """``pane.query_one(selector)``, remembered: a pane's parts never change after compose."""
-    cache: dict[str, Widget] = pane.__dict__.setdefault("_parts", {})
-    found = cache.get(selector)
-    if found is None:
-        found = cache[selector] = pane.query_one(selector, widget_type)
-    return found  # type: ignore[return-value]
-
-
-def _set_classes(widget: Any, **flags: bool) -> None:
-    """Toggle ``-name`` classes; only real changes reach Textual (each one restyles the subtree)."""
-    for name, on in flags.items():
-        cls = f"-{name.replace('_', '-')}"
-        if widget.has_class(cls) != on:
-            widget.set_class(on, cls)
-
-
 # ------------------------------------------------------------------------------ host pane
 
-class HostPane(Vertical):
+class HostPane(PerHostPane):
     """One host: connection badge, sample age, GPU table, utilization and tokens/s history."""
 
+    KIND = "host"
+    SLOT = "hosts"
+    WAITING = "… connecting"
+    BODY = "badge"
+
     def __init__(self, host: HostConfig, **kwargs: Any) -> None:
-        super().__init__(classes="pane host-pane", **kwargs)
-        self.host = host
+        super().__init__(host, **kwargs)
         self._rows: dict[str, tuple[tuple[str, str], ...]] = {}
         self._names: dict[int, str | None] = {}
         self._good: Sample[Any] | None = None  # the last GPU sample that had readings
 
-    def compose(self) -> ComposeResult:
+    def titles(self) -> tuple[str, str | None]:
         address = ssh_address(self.host) if self.host.connect == "ssh" else (self.host.host or "local")
-        self.border_title = f"{escape(self.host.name)} [dim]· {self.host.role}[/]"
-        self.border_subtitle = escape(address)
-        yield TextBlock("… connecting", classes="badge")
+        return f"{escape(self.host.name)} [dim]· {self.host.role}[/]", escape(address)
+
+    def compose_parts(self) -> ComposeResult:
         yield TextBlock("", classes="problem")
         yield GpuTable(fmt.GPU_COLUMNS, classes="gpus")
         yield PlotRow("util %", maximum=100.0, classes="plot util")
@@ -98,15 +72,13 @@ class HostPane(Vertical):
 
     @property
     def table(self) -> GpuTable:
-        return _part(self, ".gpus", GpuTable)
+        return part(self, ".gpus", GpuTable)
 
     @property
     def row_keys(self) -> list[str]:
         return list(self._rows)
 
-    def show(self, status: HostStatus | None, view: View) -> None:
-        if status is None:
-            return
+    def draw(self, status: HostStatus, view: View) -> None:
         now = view.now
         conn = status.connection
         text, state = fmt.badge(conn, now)
@@ -128,31 +100,31 @@ class HostPane(Vertical):
         shown = self._good.value if self._good is not None else None
         if shown is not None:
             parts.append(f"{len(shown.gpus)} GPU{'s' if len(shown.gpus) != 1 else ''}")
-        _part(self, ".badge", TextBlock).set(" · ".join(parts))
+        self.body.set(" · ".join(parts))
 
         problems = []
         if not status.reachable and conn.last_error:
             problems.append(conn.last_error)
         if snapshot is not None and snapshot.error and snapshot.error not in problems:
             problems.append(snapshot.error)
-        problem = _part(self, ".problem", TextBlock)
+        problem = part(self, ".problem", TextBlock)
         problem.set(escape("; ".join(problems)))
         if problem.display != bool(problems):
             problem.display = bool(problems)
 
-        _set_classes(self, stale=stale, down=state == "bad", reconnecting=state == "warn")
+        set_classes(self, stale=stale, down=state == "bad", reconnecting=state == "warn")
         if shown is not None:
             missing = snapshot.missing if snapshot is not None and snapshot.gpus else shown.missing
             self._update_table(shown, missing, view.palette, stale)
 
         util = view.history.series(status.name, "util")
-        _part(self, ".util", PlotRow).show(util.values(), fmt.num(util.latest, unit="%"))
+        part(self, ".util", PlotRow).show(util.values(), fmt.num(util.latest, unit="%"))
         label, _at, _value = tokens_per_s(status)
         tokens = view.history.series(status.name, "tokens")
         values = tokens.values()
         peak = max((v for v in values if v is not None), default=None)
         value_text = fmt.si(tokens.latest) + (f" ≤{fmt.si(peak)}" if peak else "")
-        _part(self, ".tokens", PlotRow).show(values, value_text, label)
+        part(self, ".tokens", PlotRow).show(values, value_text, label)
 
     def _update_table(self, snap: Any, missing: tuple[int, ...], palette: fmt.Palette, stale: bool) -> None:
         table = self.table
@@ -188,30 +160,29 @@ _SGLANG_STATE_VAR = {"healthy": "$success", "starting": "$warning", "loading": "
 _SGLANG_STATE_BADGE = frozenset({"hung"})
 
 
-class ServingPane(Vertical):
+class ServingPane(PerHostPane):
     """SGLang on one serving host: state, deployment, load, throughput, acceptance length."""
 
-    def __init__(self, host: HostConfig, **kwargs: Any) -> None:
-        super().__init__(classes="pane serving-pane", **kwargs)
-        self.host = host
+    KIND = "serving"
+    WAITING = "waiting for the first SGLang sample…"
 
-    def compose(self) -> ComposeResult:
-        self.border_title = f"Serving [dim]· {escape(self.host.name)}[/]"
-        if self.host.sglang is not None:
-            self.border_subtitle = escape(self.host.sglang.unit)
-        yield TextBlock("waiting for the first SGLang sample…", classes="body")
+    @classmethod
+    def wanted(cls, host: HostConfig) -> bool:
+        return host.serves and host.sglang is not None
+
+    def titles(self) -> tuple[str, str | None]:
+        unit = self.host.sglang.unit if self.host.sglang is not None else None
+        return f"Serving [dim]· {escape(self.host.name)}[/]", escape(unit) if unit is not None else None
+
+    def compose_parts(self) -> ComposeResult:
         yield PlotRow("accept len", classes="plot accept")
 
-    def show(self, status: HostStatus | None, view: View) -> None:
-        if status is None:
-            return
-        body = _part(self, ".body", TextBlock)
+    def draw(self, status: HostStatus, view: View) -> None:
+        body = self.body
         sample = status.sglang
         if sample is None:
             where = self.host.sglang.base_url if self.host.sglang else "?"
-            note = "host not reachable" if not status.reachable else "no answer yet"
-            body.set(f"[$text-muted]SGLang at {escape(where)}: {note}[/]")
-            _set_classes(self, stale=True)
+            self.show_missing(f"SGLang at {where}", status, "no answer yet")
             return
         v = sample.value
         age, stale = fmt.sample_age_text(sample, view.now, view.freshness.check((status.name, "sglang"), sample,
@@ -242,45 +213,42 @@ class ServingPane(Vertical):
         else:
             lines.append("[$text-muted]metrics: /metrics not read yet[/]")
         body.set("\n".join(lines))
-        _set_classes(self, stale=stale)
+        set_classes(self, stale=stale)
         accept = view.history.series(status.name, "accept")
         latest = m.spec_accept_length if m is not None else None
         if latest is None and info is not None:
             latest = info.avg_accept_length
-        _part(self, ".accept", PlotRow).show(accept.values(), fmt.num(latest, "{:.2f}"))
+        part(self, ".accept", PlotRow).show(accept.values(), fmt.num(latest, "{:.2f}"))
 
 
 # ------------------------------------------------------------------------------ training
 
-class TrainingPane(Vertical):
+class TrainingPane(PerHostPane):
     """The training job on one host: progress, loss trend, rates, ETA, log freshness, last lines."""
 
+    KIND = "training"
+    WAITING = "waiting for the training log…"
     RECENT = 4
 
-    def __init__(self, host: HostConfig, **kwargs: Any) -> None:
-        super().__init__(classes="pane training-pane", **kwargs)
-        self.host = host
+    @classmethod
+    def wanted(cls, host: HostConfig) -> bool:
+        return host.trains and host.training is not None
 
-    def compose(self) -> ComposeResult:
-        self.border_title = f"Training [dim]· {escape(self.host.name)}[/]"
-        if self.host.training is not None:
-            self.border_subtitle = escape(self.host.training.log_path.rsplit("/", 1)[-1])
-        yield TextBlock("waiting for the training log…", classes="body")
+    def titles(self) -> tuple[str, str | None]:
+        log = self.host.training.log_path.rsplit("/", 1)[-1] if self.host.training is not None else None
+        return f"Training [dim]· {escape(self.host.name)}[/]", escape(log) if log is not None else None
+
+    def compose_parts(self) -> ComposeResult:
         yield PlotRow("loss", minimum=None, classes="plot loss")
         yield TextBlock("", classes="freshness")
         yield TextBlock("", classes="recent")
         yield CheckpointTable()
 
-    def show(self, status: HostStatus | None, view: View) -> None:
-        if status is None:
-            return
-        body = _part(self, ".body", TextBlock)
+    def draw(self, status: HostStatus, view: View) -> None:
+        body = self.body
         sample = status.training
         if sample is None:
-            note = "host not reachable" if not status.reachable else "no log lines yet"
-            path = self.host.training.log_path if self.host.training else "?"
-            body.set(f"[$text-muted]{escape(path)}: {note}[/]")
-            _set_classes(self, stale=True)
+            self.show_missing(self.host.training.log_path if self.host.training else "?", status, "no log lines yet")
             return
         p = sample.value
         age, stale = fmt.sample_age_text(sample, view.now, view.freshness.check((status.name, "training"), sample,
@@ -299,7 +267,7 @@ class TrainingPane(Vertical):
             lines.append(f"[$error]{escape(p.error)}[/]")
         body.set("\n".join(lines))
         loss_values = list(p.loss_history) or ([p.loss] if p.loss is not None else [])
-        _part(self, ".loss", PlotRow).show(loss_values, fmt.num(p.loss, "{:.4f}"))
+        part(self, ".loss", PlotRow).show(loss_values, fmt.num(p.loss, "{:.4f}"))
 
         stall_min = self.host.training.stall_warning_min if self.host.training else 10.0
         if p.last_line_at is None:
@@ -317,14 +285,27 @@ class TrainingPane(Vertical):
             fresh += f"  ·  [b $warning]{escape(format_bytes(p.behind_bytes))} behind the log's end[/]"
         if stale:
             fresh += f"  ·  [b $warning]sample {escape(age)}[/]"
-        _part(self, ".freshness", TextBlock).set(fresh)
+        part(self, ".freshness", TextBlock).set(fresh)
         recent = [escape(line) for line in p.recent_lines[-self.RECENT:]]
-        _part(self, ".recent", TextBlock).set("\n".join(recent) or "[$text-muted](no lines)[/]")
-        _part(self, ".checkpoints", CheckpointTable).show(p.checkpoints, view.now)
-        _set_classes(self, stale=stale, stalled=stalled)
+        part(self, ".recent", TextBlock).set("\n".join(recent) or "[$text-muted](no lines)[/]")
+        part(self, ".checkpoints", CheckpointTable).show(p.checkpoints, view.now)
+        set_classes(self, stale=stale, stalled=stalled)
 
 
-# ------------------------------------------------------------------------------ eval
+# ------------------------------------------------------------------------------ the registry
+
+#: Every kind of per-host pane, in the order they are shown (within a slot: all hosts' panes of
+#: the first kind, then the next kind's). The app mounts them from here and redraws what is mounted.
+PER_HOST_PANES: tuple[type[PerHostPane], ...] = (HostPane, ServingPane, TrainingPane)
+
+
+def per_host_panes(hosts: Sequence[HostConfig]) -> dict[str, list[PerHostPane]]:
+    """The per-host panes of ``hosts``, by slot (``hosts``, ``middle``)."""
+    slots: dict[str, list[PerHostPane]] = {"hosts": [], "middle": []}
+    for kind in PER_HOST_PANES:
+        slots[kind.SLOT].extend(kind(h) for h in hosts if kind.wanted(h))
+    return slots
+
 
 # ------------------------------------------------------------------------------ events
 

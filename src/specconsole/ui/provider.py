@@ -1,8 +1,9 @@
 """Where the console's statuses come from: a :class:`~specconsole.monitor.Fleet`, or anything shaped like one.
 
-The app calls ``statuses()``, ``subscribe(listener)``, ``start()`` and ``stop()``; the
-destructive flows act through ``host(name)``, the monitor's own connection (None: nothing to act
-through, e.g. fixed statuses).
+The app calls ``statuses()``, ``subscribe(listener)``, ``start()`` and ``stop()``, and seeds the
+plots with ``take_history()`` (what Prometheus had from before the console started); the
+destructive flows and the eval act through ``host(name)``, the monitor's own connection (None:
+nothing to act through, e.g. fixed statuses).
 :class:`FixedStatuses` serves a fixed set of :class:`HostStatus` objects (built from the real
 dataclasses) with no hosts behind them: the layout snapshots use it, and so can a replay.
 """
@@ -14,7 +15,7 @@ from typing import Protocol
 
 from specconsole.events import EventLog
 from specconsole.hosts import Host
-from specconsole.monitor import ChangeListener, HostStatus
+from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 
 
 class StatusProvider(Protocol):
@@ -25,6 +26,9 @@ class StatusProvider(Protocol):
     def subscribe(self, listener: ChangeListener) -> None: ...
 
     def host(self, name: str) -> Host | None: ...
+
+    def take_history(self) -> HistoryPoints:
+        """The plots' points from before now not handed out yet (``{(host, kind): [(at, value)]}``)."""
 
     async def start(self) -> None: ...
 
@@ -55,6 +59,9 @@ class FixedStatuses:
 
     def host(self, name: str) -> Host | None:
         return None
+
+    def take_history(self) -> HistoryPoints:
+        return {}
 
     async def start(self) -> None:
         self.started = True

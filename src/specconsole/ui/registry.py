@@ -9,7 +9,7 @@ action and says, as warnings for the events pane, what in ``[keys]`` could not b
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.keys import format_key
 
 from specconsole.config import Config
+from specconsole.ui.flows import FlowContext, deploy_checkpoint_flow, deploy_flow, kill_training_flow
 
 
 class ActionContext(Protocol):
@@ -30,6 +31,9 @@ class ActionContext(Protocol):
 
     @property
     def theme_names(self) -> list[str]: ...
+
+    @property
+    def fleet_shown(self) -> bool: ...
 
 
 #: ``predicate(ctx)`` -> ``None`` when the action can run now, else why not (shown in help/palette).
@@ -57,13 +61,17 @@ def _several_themes(ctx: ActionContext) -> str | None:
 
 
 def _fleet_shown(ctx: ActionContext) -> str | None:
-    nav = getattr(ctx, "fleet_nav", None)
-    return None if getattr(nav, "showing_fleet", False) else "only in the fleet view (f shows it)"
+    return None if ctx.fleet_shown else "only in the fleet view (f shows it)"
+
+
+#: A destructive action's whole flow (confirm, then act, every step reported), run in a worker.
+Flow = Callable[[FlowContext], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class ActionSpec:
-    """One console action. ``id`` is also the Textual action name (``action_<id>`` on the app)."""
+    """One console action. ``id`` is also the Textual action name (``action_<id>`` on the app); an
+    action with a ``flow`` runs it through ``ConsoleActions.start`` (one at a time)."""
 
     id: str
     key: str
@@ -75,6 +83,13 @@ class ActionSpec:
     #: Confirm dialog title and button for destructive actions.
     confirm_title: str = ""
     confirm_button: str = ""
+    flow: Flow | None = None
+    #: the action name the flow's step events carry, when not the id
+    steps_as: str = ""
+
+    @property
+    def step_action(self) -> str:
+        return self.steps_as or self.id
 
 
 REGISTRY: tuple[ActionSpec, ...] = (
@@ -95,15 +110,17 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("kill_training", "k", "Kill training",
                "Stop the training job (torchrun and all workers) after confirmation",
                destructive=True, available=_has_train_host,
-               confirm_title="Kill the training job?", confirm_button="Kill training"),
+               confirm_title="Kill the training job?", confirm_button="Kill training",
+               flow=kill_training_flow, steps_as="kill-training"),
     ActionSpec("deploy", "d", "Deploy",
                "Deploy a draft model / speculative settings to SGLang (restarts it) after confirmation",
                destructive=True, available=_has_serve_host,
-               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy"),
+               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy", flow=deploy_flow),
     ActionSpec("deploy_checkpoint", "D", "Deploy checkpoint",
                "Open the deploy wizard with the checkpoint selected in the training pane as the draft model",
                destructive=True, available=_has_train_and_serve_host, show=False,
-               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy"),
+               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy",
+               flow=deploy_checkpoint_flow, steps_as="deploy"),
     ActionSpec("quit", "q", "Quit", "Leave the console (monitors stop; nothing on the hosts changes)"),
 )
 
