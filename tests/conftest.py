@@ -200,7 +200,8 @@ class wait_for:
     def _outcome(self, ok: bool) -> bool:
         if ok or self.what is None:
             return ok
-        screen = f"; screen:\n{self.pilot.app.screen_text()}" if self.pilot is not None else ""
+        screen_text = getattr(self.pilot.app, "screen_text", None) if self.pilot is not None else None
+        screen = f"; screen:\n{screen_text()}" if screen_text is not None else ""  # the console's own screen
         raise AssertionError(f"timed out after {self.timeout:g}s waiting for {self.what}{screen}")
 
     def __bool__(self) -> bool:

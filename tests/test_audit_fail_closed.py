@@ -12,11 +12,11 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole.config import parse_config
 from specconsole.lab.environment import Lab
 from specconsole.ui.app import ConsoleApp
@@ -116,13 +116,10 @@ async def test_the_console_gates_kill_and_deploy_on_the_audit_log(
     app = ConsoleApp(console_config(tmp_path, unwritable), themes=load_themes([BUNDLED_DIR]),  # type: ignore[arg-type]
                      no_audit=no_audit)
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
-        await pilot.pause(0.5)
+        await pilot.pause()
         await pilot.press(key)
         expected = "gpu1 is not connected" if no_audit else f"{what}: refused"
-        deadline = time.monotonic() + 20
-        while expected not in app.screen_text() and time.monotonic() < deadline:
-            await pilot.pause(0.2)
-        assert expected in app.screen_text(), app.screen_text()
+        await wait_for(lambda: expected in app.screen_text(), 20, what=repr(expected), pilot=pilot)
         assert not isinstance(app.screen, DeployForm)
         messages = [e.message for e in app.events.recent]
         if no_audit:  # it went on (to the host, here unreachable), and said it has no record

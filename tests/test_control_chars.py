@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import sample_data as sd
+from conftest import wait_for
 from specconsole.config import parse_config
 from specconsole.errors import ConfigError
 from specconsole.hosts import ConnState
@@ -85,7 +86,8 @@ async def test_the_console_shows_host_strings_escaped(tmp_path: Path) -> None:
     app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=FixedStatuses(hostile_statuses(), events),  # type: ignore[arg-type]
                      clock=lambda: sd.FROZEN_NOW, themes=load_themes([BUNDLED_DIR]))
     async with app.run_test(size=(200, 50)) as pilot:
-        await pilot.pause(0.3)
+        await wait_for(lambda: all(part in app.screen_text() for part in ("H200", "tail said")), 10,
+                       what="the GPU name and the event on screen", pilot=pilot)
         screen = app.screen_text()
         assert "H200\\x1b[2J" in screen, screen
         assert "tail said \\x1b[2J\\u202eboo" in screen, screen

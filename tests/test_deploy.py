@@ -9,14 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import running_lab
+from conftest import running_lab, wait_for
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import HostConfig, load_config
@@ -47,16 +46,14 @@ def url(lab: Lab, path: str) -> str:
 
 
 def wait_healthy(lab: Lab, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         try:
             with urllib.request.urlopen(url(lab, "/health"), timeout=2) as r:
-                if r.status == 200:
-                    return
+                return bool(r.status == 200)
         except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("lab SGLang never became healthy")
+            return False
+
+    assert wait_for(healthy, timeout, what="the lab's SGLang to answer /health with 200", step=0.2)
 
 
 def server_info(lab: Lab) -> dict:
@@ -233,7 +230,8 @@ async def test_dropped_connection_mid_deploy_ends_in_a_good_state(serve_lab: Lab
         task = asyncio.create_task(execute(host, plan, steps))
         await asyncio.wait_for(restarting.wait(), 60)
         serve_lab.stop_sshd("serve")   # the operator's connection is gone, mid-restart
-        await asyncio.sleep(3)
+        await wait_for(lambda: any(e.kind == "warning" and "the deploy continues on the host" in e.message
+                                   for e in events), 60, what="the console to notice the lost connection")
         serve_lab.start_sshd("serve")
         outcome = await asyncio.wait_for(task, 120)
     finally:
@@ -257,12 +255,8 @@ def test_console_killed_mid_deploy_host_still_ends_good(serve_lab: Lab) -> None:
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        lock = serve_lab.unit_path.parent / "sglang.service.d" / ".specconsole" / "deploy.lock"
-        if not lock.exists():
-            break
-        time.sleep(0.3)
+    lock = serve_lab.unit_path.parent / "sglang.service.d" / ".specconsole" / "deploy.lock"
+    wait_for(lambda: not lock.exists(), 60, step=0.3)  # the agent finishing (the asserts below say how)
     wait_healthy(serve_lab)
     info = server_info(serve_lab)
     dropin = serve_lab.unit_path.parent / "sglang.service.d" / "zz-specconsole-deploy.conf"

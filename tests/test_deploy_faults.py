@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import running_lab
+from conftest import running_lab, wait_for
 from specconsole.actions.deploy import DeployOutcome, DeployRequest, execute, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.lab.environment import Lab, LabOptions
@@ -214,14 +214,14 @@ async def test_crash_loop_under_restart_on_failure_is_rolled_back_at_once(restar
     # the lab's unit really restarts on failure, as systemd does
     pid = int(_show(lab, "MainPID")["MainPID"])
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        state = _show(lab, "MainPID", "NRestarts")
-        if state.get("MainPID") not in (None, "", "0", str(pid)) and state.get("NRestarts") == "1":
-            break
-        await asyncio.sleep(0.5)
-    else:
-        raise AssertionError(f"the unit was not restarted on failure: {state}")
+    state: dict[str, str] = {}
+
+    def restarted() -> bool:
+        state.clear()
+        state.update(_show(lab, "MainPID", "NRestarts"))
+        return state.get("MainPID") not in (None, "", "0", str(pid)) and state.get("NRestarts") == "1"
+
+    assert await wait_for(restarted, 120, step=0.5), f"the unit was not restarted on failure: {state}"
     text = journal.read_text()
     assert "sglang.service: Main process exited, code=killed, status=9/KILL" in text
     assert "sglang.service: Scheduled restart job, restart counter is at 1." in text

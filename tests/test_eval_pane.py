@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import socket
@@ -17,7 +16,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, SelectionList, Static
 
-from conftest import shared_sglang_judge
+from conftest import shared_sglang_judge, wait_for
 from specconsole.eval.cli import start_eval
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
 from specconsole.lab.simlab import SimServer, dflash_draft_dir
@@ -204,11 +203,11 @@ async def test_the_average_stays_on_screen_while_the_tasks_scroll_at_80x24(tmp_p
         pane.select_runs(["zlab-b16", "ours-4000"], baseline="zlab-b16")
         table = pane.query_one("#eval-table", DataTable)
         table.focus()
-        await pilot.pause(0.2)
+        await wait_for(lambda: sd.SAMPLE_TASKS[0] in app.screen_text(), 10, what="the table in view", pilot=pilot)
         last = sd.SAMPLE_TASKS[-1]
         assert last not in app.screen_text()  # more tasks than rows: the table scrolls
         await pilot.press(*["down"] * len(sd.SAMPLE_TASKS))  # the cursor to the last task
-        await pilot.pause(0.3)
+        await wait_for(lambda: last in app.screen_text(), 10, what="the last task in view", pilot=pilot)
         screen = app.screen_text()
         assert last in screen and sd.SAMPLE_TASKS[0] not in screen, screen
         assert "average" in screen and "%" in next(line for line in screen.splitlines() if "average" in line), screen
@@ -242,10 +241,9 @@ async def test_e_starts_a_live_run_against_the_simulator(store: ResultStore, tmp
             pane.select_runs(["zlab"], baseline="zlab")
             pane.query_one("#eval-run-list", SelectionList).focus()
             pane.action_start_run()  # what the app's e binding (registry) calls
-            for _ in range(200):
-                await asyncio.sleep(0.05)
-                if not pane.running and isinstance(app.messages[-1], EvalPane.RunFinished):
-                    break
+            await wait_for(lambda: not pane.running and bool(app.messages)
+                           and isinstance(app.messages[-1], EvalPane.RunFinished), 10, what="the run to finish",
+                           step=0.05, pilot=pilot)
             await pilot.pause()
             assert isinstance(app.messages[-1], EvalPane.RunFinished)
             run = app.messages[-1].run
@@ -300,10 +298,9 @@ async def test_a_run_imported_by_the_cli_appears_within_two_seconds(store: Resul
                              timeout=60, env={**os.environ, "SPECCONSOLE_EVAL_RESULTS": str(store.root)})
         assert res.returncode == 0, res.stderr
         imported = time.monotonic()
-        while "imported-b16" not in [r.id for r in pane.runs] and time.monotonic() - imported < 10:
-            await pilot.pause(0.05)
+        await wait_for(lambda: "imported-b16" in [r.id for r in pane.runs], 10, what="the imported run in the pane",
+                       step=0.05, pilot=pilot)
         took = time.monotonic() - imported
-        assert "imported-b16" in [r.id for r in pane.runs]
         # the folder is checked every WATCH_S: the run shows on the next check, well within 2 s
         assert took <= WATCH_S + 1.0, took
         lst = pane.query_one("#eval-run-list", SelectionList)
@@ -331,7 +328,8 @@ async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path
         pane.select_runs(["zlab-b16", "ours-4000"], baseline="zlab-b16")
         table = pane.query_one("#eval-table", DataTable)
         table.focus()  # tab reaches it; focusing scrolls it into view
-        await pilot.pause(0.3)
+        await wait_for(lambda: "ours / z-lab" in app.screen_text() and "fizzbuzz" in app.screen_text(), 10,
+                       what="the comparison in view", pilot=pilot)
         screen = app.screen_text()
         assert "ours / z-lab" in screen, screen
         assert "linked_list_reverse" in screen and "async_rate_limiter" in screen  # not squeezed
@@ -357,13 +355,10 @@ async def test_the_console_answers_the_panes_run_request(tmp_path: Path) -> None
     config = dataclasses.replace(config, hosts=tuple(closed if h.name == "serve" else h for h in config.hosts))
     app = ConsoleApp(config, fleet=sd.sample_fleet(sd.FROZEN_NOW), themes=load_themes([BUNDLED_DIR]))
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause(0.2)
+        await pilot.pause()
         pane = app.query_one(EvalPane)
         await pilot.press("e")
-        for _ in range(200):
-            await asyncio.sleep(0.05)
-            if pane.progress_text.startswith("eval failed"):
-                break
-        assert pane.progress_text.startswith("eval failed"), pane.progress_text
+        await wait_for(lambda: pane.progress_text.startswith("eval failed"), 10, what="'eval failed' in the pane",
+                       step=0.05, pilot=pilot)
         assert not pane.running
         assert str(port) in pane.progress_text

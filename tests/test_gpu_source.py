@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_for
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.formats.nvidia_smi import GpuSnapshot, GpuState
 from specconsole.hosts.local import LocalHost
@@ -135,13 +136,8 @@ async def running(source: Any):
 
 async def all_gone(pids: list[int], timeout: float = 10.0) -> bool:
     """True once none of ``pids`` is alive (a killed process takes a moment to go)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while any(alive(pid) for pid in pids):
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
+    return await wait_for(lambda: not any(alive(pid) for pid in pids), timeout, what=f"pids {pids} to exit",
+                          step=0.05)
 
 
 def ok(snap: GpuSnapshot) -> bool:
@@ -293,7 +289,7 @@ async def test_processes_follow_real_processes(fake_smi, host):
 async def test_cancelling_leaves_nothing_running(fake_smi, host):
     async with running(smi_source(host)) as got:
         await got.wait_for(ok)
-        await asyncio.sleep(3 * INTERVAL)  # the compute-apps stream is up too
+        await wait_for(lambda: len(fake_smi.calls("--query")) >= 2, 10, what="the compute-apps stream up too")
     pids = [pid for pid, _ in fake_smi.calls("--query")]
     assert len(pids) == 2
     assert await all_gone(pids)

@@ -31,14 +31,11 @@ def train_lab(tmp_path: Path, lab_parts: None) -> Iterator[Lab]:
 
 
 def wait_workers(lab: Lab, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = lab.state.trainer_pid
-        log = lab.train_log
-        if pid and len(children(pid)) >= 2 and log.exists() and '"step"' in log.read_text():
-            return
-        time.sleep(0.2)
-    raise AssertionError("the lab's torchrun job did not start its 2 workers")
+    def started() -> bool:
+        pid, log = lab.state.trainer_pid, lab.train_log
+        return bool(pid) and len(children(pid)) >= 2 and log.exists() and '"step"' in log.read_text()
+
+    assert wait_for(started, timeout, what="the lab's torchrun job to start its 2 workers (and log a step)", step=0.2)
 
 
 def assert_no_silent_gap(events: list[StepEvent], limit_s: float = 1.0) -> None:

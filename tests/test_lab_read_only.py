@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import running_lab
+from conftest import running_lab, wait_for
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.procs import alive
 
@@ -25,17 +24,15 @@ GUARDED = LabOptions(trainer_step_seconds=0.25, trainer_steps_per_epoch=500, sgl
 
 def wait_job(lab: Lab, timeout: float = 120) -> None:
     """Until the torchrun job logs steps and SGLang answers /health."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def up() -> bool:
         log = lab.train_log
         try:
             healthy = httpx.get(f"http://127.0.0.1:{lab.state.sglang_port}/health", timeout=2).status_code == 200
         except httpx.HTTPError:
             healthy = False
-        if healthy and log.exists() and '"step"' in log.read_text():
-            return
-        time.sleep(0.2)
-    raise AssertionError("the lab's training job or SGLang did not come up")
+        return healthy and log.exists() and '"step"' in log.read_text()
+
+    assert wait_for(up, timeout, what="the lab's training job to log a step and SGLang to answer /health", step=0.2)
 
 
 @pytest.fixture(scope="module")

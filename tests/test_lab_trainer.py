@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole.config import HostConfig, TrainingConfig
 from specconsole.formats.training_log import LineKind, LineParser
 from specconsole.hosts.local import LocalHost
@@ -57,13 +57,16 @@ def workers(launcher: int) -> dict[int, dict[str, str]]:
 
 
 def wait_workers(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> dict[int, dict[str, str]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = workers(proc.pid)
-        if len(found) == 2 and all("RANK" in e for e in found.values()):
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"torchrun (pid {proc.pid}) did not show two workers; rc={proc.poll()}")
+    found: dict[int, dict[str, str]] = {}
+
+    def two_workers() -> bool:
+        assert proc.poll() is None, f"torchrun (pid {proc.pid}) exited ({proc.returncode}) before two workers showed"
+        found.clear()
+        found.update(workers(proc.pid))
+        return len(found) == 2 and all("RANK" in e for e in found.values())
+
+    assert wait_for(two_workers, timeout, what=f"torchrun (pid {proc.pid}) to show two workers", step=0.05)
+    return found
 
 
 def cleanup(proc: subprocess.Popen[bytes], worker_pids: list[int]) -> None:
@@ -143,11 +146,13 @@ async def test_torchrun_job_is_tailed_live_and_stops_on_sigterm(tmp_path: Path):
     found: dict[int, dict[str, str]] = {}
 
     async def until(cond, timeout: float) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while not cond():
-            assert time.monotonic() < deadline, f"timed out; last: {samples[-1:]}"
+        def check() -> bool:
+            if cond():
+                return True
             assert proc.poll() is None, proc.stdout.read().decode(errors="replace")[-2000:]  # type: ignore[union-attr]
-            await asyncio.sleep(0.1)
+            return False
+
+        assert await wait_for(check, timeout), f"timed out; last: {samples[-1:]}"
 
     try:
         found = await asyncio.to_thread(wait_workers, proc)
@@ -164,7 +169,8 @@ async def test_torchrun_job_is_tailed_live_and_stops_on_sigterm(tmp_path: Path):
 
         proc.send_signal(signal.SIGTERM)  # the launcher forwards it to the workers
         await asyncio.to_thread(proc.wait, 60)
-        await until_done(lambda: "stopping training" in samples[-1].value.recent_lines[-1], 10)
+        await wait_for(lambda: "stopping training" in samples[-1].value.recent_lines[-1], 10,
+                       what="'stopping training' as the last line tailed")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -173,7 +179,7 @@ async def test_torchrun_job_is_tailed_live_and_stops_on_sigterm(tmp_path: Path):
         cleanup(proc, list(found))
     text = log.read_text().splitlines()
     assert text[-1].startswith("Received SIGTERM at step ") and text[-1].endswith("stopping training")
-    await until_done(lambda: not any(_running(pid) for pid in found), 10)  # workers exited too
+    await wait_for(lambda: not any(_running(pid) for pid in found), 10, what="the workers to exit too")
 
 
 def _running(pid: int) -> bool:
@@ -182,9 +188,3 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
 
-
-async def until_done(cond, timeout: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.1)

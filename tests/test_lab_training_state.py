@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import running_lab
+from conftest import running_lab, wait_for
 from specconsole.actions.kill import find_job, kill_job
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
@@ -35,12 +35,16 @@ def training(fleet: Fleet) -> object:
 
 async def until(predicate, timeout: float) -> float | None:  # type: ignore[no-untyped-def]
     """Poll ``predicate`` every 50 ms; the time.time() it first held, or None."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    held: list[float] = []
+
+    def check() -> bool:
         if predicate():
-            return time.time()
-        await asyncio.sleep(0.05)
-    return None
+            held.append(time.time())
+            return True
+        return False
+
+    await wait_for(check, timeout, step=0.05)
+    return held[0] if held else None
 
 
 def status(lab: Lab, *extra: str) -> subprocess.CompletedProcess[str]:

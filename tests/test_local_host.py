@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_for
 from specconsole.config import HostConfig
 from specconsole.hosts import local
 from specconsole.hosts.local import LocalHost, LocalStream
@@ -105,9 +106,8 @@ async def read_a_4mb_line_without_newline(host: Any) -> None:
         tracemalloc.start()
         try:
             pending = asyncio.ensure_future(anext(lines))
-            deadline = time.monotonic() + 30
-            while stream.bytes_read < 0.95 * FOUR_MB and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await wait_for(lambda: stream.bytes_read >= 0.95 * FOUR_MB, 30, what="95% of the 4 MB line read",
+                           step=0.05)
             _now, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from specconsole.formats.nvidia_smi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -207,15 +208,13 @@ def test_lms_loops_until_killed_and_rereads_the_scenario(scenario, loop):
         changed["gpus"][0]["utilization_pct"] = 12
         del changed["gpus"][1]  # GPU 1 vanishes
         write_scenario(scenario, changed)
-        deadline = time.monotonic() + 10
         seen: list[str | None] = []
-        while time.monotonic() < deadline:
-            _, line = lp.line()
-            seen.append(line)
-            if seen[-3:] == ["0, 12", "0, 12", "0, 12"]:
-                break
-        else:
-            pytest.fail(f"scenario change not picked up: {seen[-10:]}")
+
+        def picked_up() -> bool:  # the next line, paced by -lms: three in a row with the new value
+            seen.append(lp.line()[1])
+            return seen[-3:] == ["0, 12", "0, 12", "0, 12"]
+
+        assert wait_for(picked_up, 10, step=0), f"scenario change not picked up: {seen[-10:]}"
         assert lp.proc.poll() is None  # still running: one long-lived process
     finally:
         lp.close()
@@ -264,7 +263,8 @@ def test_workload_tracks_real_processes(tmp_path):
                               env={**os.environ, "LOCAL_RANK": "1"})
     launcher = subprocess.Popen([sys.executable, "-c", code, marker])  # no LOCAL_RANK: ignored
     try:
-        time.sleep(0.2)
+        assert wait_for(lambda: smi(path, APPS_Q, "--format=csv,noheader,nounits").stdout != "", 10,
+                        what="the worker in the process list")
         apps = smi(path, APPS_Q, "--format=csv,noheader,nounits").stdout.splitlines()
         assert len(apps) == 1
         pid, name, mem, gpu = apps[0].split(", ")

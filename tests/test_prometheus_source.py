@@ -169,17 +169,18 @@ def _start_sim(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
                                  "--enable-metrics", "--port", str(port)],
                                 stdout=subprocess.DEVNULL, stderr=err, env=env)
     url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
+
+    def healthy() -> bool:
         assert proc.poll() is None, (tmp_path / "sim.err").read_text()
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the SGLang simulator did not become healthy")
+            return False
+
+    if not wait_for(healthy, 60, step=0.05):
+        proc.kill()
+        raise AssertionError("the SGLang simulator did not become healthy")
+    return proc, url
 
 
 @pytest.fixture
@@ -332,10 +333,7 @@ async def test_console_plots_start_with_prometheus_history(
             rows = [len(app.query_one(f"#host-{n}", HostPane).row_keys) for n in lab.host_names]
             return all(s.first_at is not None and s.first_at < started - 1.0 for s in series) \
                 and rows == [GPUS] * HOSTS
-        end = time.monotonic() + 45
-        while not seeded():
-            assert time.monotonic() < end, "the plots were not seeded from query_range"
-            await pilot.pause(0.1)
+        await wait_for(seeded, 45, what="the plots seeded from query_range (and every GPU row)", pilot=pilot)
         for h, name in enumerate(lab.host_names):
             points = app.history.series(name, "util").values()
             mean = sum(expected(h, g)["DCGM_FI_DEV_GPU_UTIL"] for g in range(GPUS)) / GPUS

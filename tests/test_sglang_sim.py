@@ -8,14 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import shared_sglang_judge
+from conftest import shared_sglang_judge, wait_for
 from specconsole.lab import sglang_sim
 from specconsole.sglang import SglangClient, SglangError
 
@@ -81,24 +80,23 @@ def start_sim(args: list[str], workdir: Path, *, wait: str | None = "ready",
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=sim_env(**env))
     sim = Sim(proc, f"http://127.0.0.1:{port}", port, out, err)
     if wait is not None:
-        wait_for(sim, ready=wait == "ready")
+        wait_sim(sim, ready=wait == "ready")
     return sim
 
 
-def wait_for(sim: Sim, *, ready: bool, deadline_s: float = 30.0) -> int:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
+def wait_sim(sim: Sim, *, ready: bool, timeout: float = 30.0) -> None:
+    """Until the simulator answers /health (``ready``: with 200); its log if it exits first."""
+    def answers() -> bool:
         if sim.proc.poll() is not None:
             raise AssertionError(f"simulator exited {sim.proc.returncode}: {sim.log()[-2000:]}")
         try:
             code = httpx.get(f"{sim.url}/health", timeout=2).status_code
         except httpx.TransportError:
-            time.sleep(0.03)
-            continue
-        if not ready or code == 200:
-            return code
-        time.sleep(0.05)
-    raise AssertionError(f"simulator at {sim.url} not {'ready' if ready else 'listening'}")
+            return False
+        return not ready or code == 200
+
+    assert wait_for(answers, timeout, what=f"the simulator at {sim.url} {'ready' if ready else 'listening'}",
+                    step=0.03)
 
 
 def run_sim(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
@@ -146,7 +144,7 @@ def sims(tmp_path_factory: pytest.TempPathFactory):
     }
     try:
         for sim in started.values():
-            wait_for(sim, ready=True)
+            wait_sim(sim, ready=True)
         yield started
     finally:
         for sim in started.values():
@@ -284,21 +282,16 @@ def test_startup_503_then_ready_then_sigterm(tmp_path: Path) -> None:
     try:
         assert httpx.get(f"{sim.url}/health", timeout=5).status_code == 503
         assert httpx.get(f"{sim.url}/health_generate", timeout=5).status_code == 503
-        wait_for(sim, ready=True)
+        wait_sim(sim, ready=True)
         log = sim.log()
         for line in ("Load weight begin", "Load weight end", "Capture cuda graph begin",
                      "Capture cuda graph 3/12", "The server is fired up and ready to roll!"):
             assert line in log
         assert "] The server is fired up" in log and log.startswith("[20")
         # simulated internal traffic moves the counters
-        end = time.monotonic() + 10
-        while time.monotonic() < end:
-            page = httpx.get(f"{sim.url}/metrics", timeout=5).text
-            if 'sglang:num_requests_total{model_name="Qwen/Qwen3-8B"} 0.0' not in page:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("SGLANG_SIM_LOAD produced no requests")
+        no_requests = 'sglang:num_requests_total{model_name="Qwen/Qwen3-8B"} 0.0'
+        assert wait_for(lambda: no_requests not in httpx.get(f"{sim.url}/metrics", timeout=5).text, 10,
+                        what="SGLANG_SIM_LOAD to produce requests")
     finally:
         rc = sim.stop()
     assert rc == 0

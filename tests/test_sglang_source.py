@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import shared_sglang_judge
+from conftest import shared_sglang_judge, wait_for
 from specconsole.config import HostConfig, SglangConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.hosts.ssh import SshHost
@@ -140,16 +140,19 @@ def start_sim(tmp_path: Path, *args: str, startup_s: str = "1.0",
                             stderr=err, env=env)
     err.close()
     url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
+
+    def listening() -> bool:
         assert proc.poll() is None, (tmp_path / "sim.err").read_text()
         try:
             httpx.get(f"{url}/health", timeout=2)
-            return proc, url
         except httpx.TransportError:
-            time.sleep(0.03)
-    proc.kill()
-    raise AssertionError("simulator did not listen")
+            return False
+        return True
+
+    if not wait_for(listening, 30, step=0.03):
+        proc.kill()
+        raise AssertionError("simulator did not listen")
+    return proc, url
 
 
 # -- against the simulator ----------------------------------------------------------------
@@ -260,10 +263,8 @@ def test_status_json_says_hung(tmp_path: Path) -> None:
     proc, url = start_sim(tmp_path, "--model-path", "Qwen/Qwen3-8B",
                           env={"SGLANG_SIM_HANG_AFTER_S": "0"})
     try:
-        end = time.monotonic() + 30
-        while httpx.get(f"{url}/health", timeout=2).status_code != 200:
-            assert time.monotonic() < end, "the simulator never became ready"
-            time.sleep(0.05)
+        assert wait_for(lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200, 30,
+                        what="the simulator to become ready", step=0.05)
         with pytest.raises(httpx.TimeoutException):
             httpx.get(f"{url}/health_generate", timeout=0.5)
         config = tmp_path / "console.toml"

@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import wait_for
 from specconsole.lab.environment import Lab, free_port
 from specconsole.report import sample_json, status_text
 from specconsole.samples import Sample
@@ -22,20 +24,37 @@ def run_status(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[s
 
 
 def wait_training(lab: Lab, steps: int = 3, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if lab.train_log.exists() and lab.train_log.read_text().count('"step"') >= steps:
-            return
-        time.sleep(0.3)
-    raise AssertionError("training job wrote no steps")
+    assert wait_for(lambda: lab.train_log.exists() and lab.train_log.read_text().count('"step"') >= steps, timeout,
+                    what=f"{steps} steps in the training job's log", step=0.3)
+
+
+def loaded(data: dict[str, Any]) -> bool:
+    """Both hosts show what moves after start: the workers on their GPUs, training speed, SGLang healthy
+    with its simulated traffic counted."""
+    hosts = {h["name"]: h for h in data["hosts"]}
+    try:
+        train, serve = hosts["train"], hosts["serve"]
+        sglang = serve["sglang"]["value"]
+        return (len(train["gpu"]["value"]["processes"]) == 2 and train["training"]["value"]["tokens_per_s"] > 0
+                and sglang["state"] == "healthy" and sglang["metrics"]["tokens_per_s"] > 0
+                and sglang["metrics"]["spec_accept_length"] is not None)
+    except (KeyError, TypeError):  # not there yet (None where a value comes later)
+        return False
 
 
 def test_status_json_has_real_values_for_both_hosts(lab: Lab) -> None:
     wait_training(lab)
-    time.sleep(2)  # SGLang loaded and its simulated traffic moved the counters
-    res = run_status("--config", str(lab.config_path), "--json")
-    assert res.returncode == 0, res.stderr
-    data = json.loads(res.stdout)
+    snaps: list[dict[str, Any]] = []
+
+    def snapshot_loaded() -> bool:
+        res = run_status("--config", str(lab.config_path), "--json")
+        assert res.returncode == 0, res.stderr
+        snaps.append(json.loads(res.stdout))
+        return loaded(snaps[-1])
+
+    assert wait_for(snapshot_loaded, 60, what="SGLang loaded and its simulated traffic counted in `status --json`",
+                    step=0.2)
+    data = snaps[-1]
     hosts = {h["name"]: h for h in data["hosts"]}
     assert set(hosts) == {"train", "serve"}
     for h in hosts.values():
@@ -144,14 +163,19 @@ def test_lab_cli_up_and_down_leaves_nothing(tmp_path: Path) -> None:
         down = subprocess.run([sys.executable, "-m", "specconsole", "lab", "down", "--dir", str(d)],
                               capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
-    time.sleep(0.5)
-    leftovers = []
+    # the last of them may still be on its way out: until no process names the folder
+    assert wait_for(lambda: not leftovers(d), 10), leftovers(d)
+
+
+def leftovers(folder: Path) -> list[str]:
+    """The command lines of the processes that name ``folder``."""
+    found = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
                 cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if str(d) in cmd:
-                leftovers.append(cmd)
-    assert leftovers == []
+            if str(folder) in cmd:
+                found.append(cmd)
+    return found

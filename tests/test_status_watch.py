@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_for
 from sample_data import FROZEN_NOW, sample_statuses
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.errors import SpecConsoleError
@@ -168,20 +169,29 @@ async def test_a_short_batch_is_published_after_the_quiet_period() -> None:
     assert stream.burst_started[1] < batches[1] < stream.burst_started[2]
 
 
+@pytest.mark.serial  # asserts a time bound
 async def test_first_readings_go_out_at_once_and_again_when_processes_are_known() -> None:
     """The first readings are not held back for the process list (the fleet view does not show
     it): they go out marked ``processes_known=False``, and again, with the processes, as soon as
     the apps stream's silence says "none" (1.5 intervals), not a batch later."""
     src = NvidiaSmiSource(LocalHost(HostConfig(name="box", role="train")), GpuConfig(interval_s=1.0))
     src._apps_running = True
-    src._apps_started_at = time.monotonic()  # the compute-apps stream just started: silence so far
+    src._apps_started_at = started = time.monotonic()  # the compute-apps stream just started: silence so far
     published: list[Sample[GpuSnapshot]] = []
+    came: list[float] = []
+
+    def publish(sample: Sample[GpuSnapshot]) -> None:
+        published.append(sample)
+        came.append(time.monotonic() - started)
+
     stream = SmiLines([query_gpu_rows([50] * 8)], pause_s=0.0)
-    batcher_task = asyncio.ensure_future(src._consume_gpus(stream, published.append))
-    await asyncio.sleep(0.5)
+    batcher_task = asyncio.ensure_future(src._consume_gpus(stream, publish))
+    await wait_for(lambda: published, 10, what="the first readings", step=0.01)
     assert [(len(s.value.gpus), s.value.processes_known) for s in published] == [(8, False)]
-    await asyncio.sleep(1.4)  # 1.5 intervals of silence from the apps stream: "no processes"
+    await wait_for(lambda: len(published) >= 2, 10, what="the readings again with their processes", step=0.01)
     assert [(len(s.value.gpus), s.value.processes_known) for s in published] == [(8, False), (8, True)]
+    # after 1.5 intervals of silence from the apps stream ("no processes"), not a batch (an interval) later
+    assert 1.5 <= came[1] < 2.5, came
     assert published[1].value.processes == ()
     assert published[1].at == published[0].at  # the same readings, now with their processes
     await batcher_task

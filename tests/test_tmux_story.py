@@ -40,6 +40,8 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_for
+
 pytestmark = [pytest.mark.usefixtures("lab_parts"),  # starts lab parts itself
               pytest.mark.serial]  # asserts time bounds
 
@@ -105,18 +107,22 @@ class Recorder(threading.Thread):
         return self.frames[-1] if self.frames else None
 
     def wait_for(self, check: Callable[[Frame], bool], what: str, timeout: float) -> Frame:
-        deadline = time.time() + timeout
+        """The first frame recorded that passes ``check`` (every frame, not only the latest)."""
         seen = 0
-        while time.time() < deadline:
+        hits: list[Frame] = []
+
+        def new_frame_passes() -> bool:
+            nonlocal seen
             frames = self.frames[seen:]
             seen += len(frames)
-            for frame in frames:
-                if check(frame):
-                    return frame
-            time.sleep(POLL_S / 2)
-        last = self.latest()
-        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; the screen was:\n"
-                             f"{last.text if last else '(nothing captured)'}")
+            hits.extend(frame for frame in frames if check(frame))
+            return bool(hits)
+
+        if not wait_for(new_frame_passes, timeout, step=POLL_S / 2):
+            last = self.latest()
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; the screen was:\n"
+                                 f"{last.text if last else '(nothing captured)'}")
+        return hits[0]
 
 
 def longest_silence(frames: list[Frame]) -> tuple[float, float, float, str]:
@@ -294,13 +300,17 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
         rec.stopped.set()
         rec.join(5)
         keys("q")
-        deadline = time.time() + 60
-        while time.time() < deadline and "DEMO-EXITED" not in (exited := tmux("capture-pane", "-p", "-t", "story")):
-            time.sleep(0.5)
+        exited = ""
+
+        def demo_exited() -> bool:
+            nonlocal exited
+            exited = tmux("capture-pane", "-p", "-t", "story")
+            return "DEMO-EXITED" in exited
+
+        wait_for(demo_exited, 60, step=0.5)  # (the asserts below say what was left)
         left = demo_processes(str(lab), skip={pane})
-        deadline = time.time() + 5  # the last of them may still be on its way out
-        while left and "DEMO-EXITED" in exited and time.time() < deadline:
-            time.sleep(0.2)
+        if "DEMO-EXITED" in exited:  # the last of them may still be on its way out
+            wait_for(lambda: not demo_processes(str(lab), skip={pane}), 5, step=0.2)
             left = demo_processes(str(lab), skip={pane})
         tmux("kill-server")
         subprocess.run([str(exe), "lab", "down", "--dir", str(lab)], capture_output=True, timeout=120)

@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Button, Input, Select, Static
 
 import sample_data as sd
+from conftest import wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import parse_config
@@ -121,11 +122,9 @@ async def test_d_with_the_serving_host_down_says_so_on_screen(tmp_path: Path) ->
     }, "<test>")
     app = ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
-        await pilot.pause(0.5)
+        await pilot.pause()
         await pilot.press("d")
-        deadline = time.monotonic() + 20
-        while "not connected" not in app.screen_text() and time.monotonic() < deadline:
-            await pilot.pause(0.2)
+        await wait_for(lambda: "not connected" in app.screen_text(), 20, what="'not connected' on screen", pilot=pilot)
         screen = app.screen_text()
         assert "Deploy: cannot start" in screen and "serve is not connected" in screen, screen
         assert not isinstance(app.screen, DeployForm)
@@ -179,7 +178,8 @@ async def test_form_enter_moves_fields_errors_in_place_and_refusal_beside_the_fi
         status = form.query_one("#deploy-status", Static)
         assert "asking the host's SGLang which algorithms it has" in str(status.render())
         released.set()
-        await pilot.pause(0.2)
+        await wait_for(lambda: "4 algorithms" in str(status.render()), 10, what="the discovered algorithms",
+                       pilot=pilot)
         options = [str(o[0]) for o in form.query_one("#deploy-algorithm", Select)._options]
         assert options == ["EAGLE", "NEXTN", "DFLASH", "DSPARK"] and "4 algorithms" in str(status.render())
 
@@ -198,7 +198,9 @@ async def test_form_enter_moves_fields_errors_in_place_and_refusal_beside_the_fi
         await pilot.press("enter")
         assert isinstance(app.focused, Button) and app.focused.id == "plan" and not requests  # nothing submitted
         await pilot.press("enter")
-        await pilot.pause(0.2)
+        error = form.query_one("#error-draft_window", Static)
+        await wait_for(lambda: "smaller than the block size 16" in str(error.render()), 10,
+                       what="the refusal beside the draft window", pilot=pilot)
         assert requests and requests[0].draft_window == "8" and requests[0].algorithm == "DFLASH"
         assert isinstance(app.screen, DeployForm) and not result  # still open
         err = str(form.query_one("#error-draft_window", Static).render())
@@ -254,7 +256,8 @@ async def test_form_algorithm_is_picked_from_the_list_then_enter_moves_on(tmp_pa
         await pilot.pause()
         app.push_screen(DeployForm({"algorithm": "DFLASH", "draft_window": "16", "block_size": "",
                                     "draft_model": ""}, discover=discover))
-        await pilot.pause(0.2)
+        await wait_for(lambda: getattr(app.focused, "id", None) == "deploy-draft_window", 10,
+                       what="the form, its focus on the draft window", pilot=pilot)
         form = app.screen
         select = form.query_one("#deploy-algorithm", Select)
         assert select.value == "DFLASH" and app.focused is form.query_one("#deploy-draft_window", Input)

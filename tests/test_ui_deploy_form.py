@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from textual.app import App
-from textual.widgets import Input, Select
+from textual.pilot import Pilot
+from textual.widgets import Button, Input, Select
 
+from conftest import wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.ui.deploy_screen import DeployForm
 
 VALUES = {"algorithm": "DFLASH", "draft_window": "16", "block_size": "", "tree_budget": "",
           "draft_model": "/models/dflash-b16"}
+
+
+async def click_plan(pilot: Pilot[None], form: DeployForm) -> None:
+    """Click Plan once it takes a click again: a button ignores clicks while it shows the last one (0.2 s)."""
+    plan = form.query_one("#plan", Button)
+    await wait_for(lambda: not plan.has_class("-active"), 5, what="the Plan button to take a click", pilot=pilot)
+    await pilot.click(plan)
 
 
 class FormApp(App[None]):
@@ -45,8 +54,9 @@ async def test_ddtree_shows_block_size_and_tree_budget_and_sends_them() -> None:
         assert shown == {"draft_window": False, "block_size": True, "tree_budget": True}
         form.query_one("#deploy-block_size", Input).value = "16"
         form.query_one("#deploy-tree_budget", Input).value = "32"
-        await pilot.click("#plan")
-        await pilot.pause(0.2)
+        await click_plan(pilot, form)
+        await wait_for(lambda: form.query_one("#error-tree_budget").display, 10,
+                       what="the refusal beside the tree budget", pilot=pilot)
         assert seen and seen[-1].algorithm == "DDTREE" and seen[-1].block_size == "16"
         assert seen[-1].tree_budget == "32" and seen[-1].draft_window is None  # not DDTREE's field here
         assert seen[-1].draft_model == "/ckpt/run-step900"
@@ -103,18 +113,19 @@ async def test_the_eagle_family_shows_steps_topk_and_draft_tokens_and_ngram_its_
         form.query_one("#deploy-num_steps", Input).value = "5"
         form.query_one("#deploy-eagle_topk", Input).value = "1"
         form.query_one("#deploy-draft_tokens", Input).value = "x"
-        await pilot.click("#plan")
-        await pilot.pause(0.2)
-        assert not seen and form.query_one("#error-draft_tokens").display  # checked in place, not sent
+        await click_plan(pilot, form)
+        await wait_for(lambda: form.query_one("#error-draft_tokens").display, 10,
+                       what="the error beside the draft tokens", pilot=pilot)
+        assert not seen  # checked in place, not sent
         form.query_one("#deploy-draft_tokens", Input).value = "6"
-        await pilot.click("#plan")
-        await pilot.pause(0.2)
+        await click_plan(pilot, form)
+        await wait_for(lambda: len(seen) == 1, 10, what="the NEXTN request", pilot=pilot)
         assert (seen[-1].algorithm, seen[-1].num_steps, seen[-1].eagle_topk, seen[-1].draft_tokens) == (
             "NEXTN", "5", "1", "6")
         assert seen[-1].draft_model is None  # the DFlash draft of the config is not sent to NEXTN
         select.value = "NGRAM"
         await pilot.pause()
         assert [form.query_one(f"#row-{k}").display for k in knobs] == [False, False, True, False, False, False]
-        await pilot.click("#plan")
-        await pilot.pause(0.2)
+        await click_plan(pilot, form)
+        await wait_for(lambda: len(seen) == 2, 10, what="the NGRAM request", pilot=pilot)
         assert seen[-1].algorithm == "NGRAM" and seen[-1].num_steps is None and seen[-1].draft_tokens == "6"

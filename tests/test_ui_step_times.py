@@ -137,9 +137,8 @@ async def test_deploy_dialogs_open_for_seconds_add_nothing_to_any_step(lab: Lab,
         assert all(WAIT_S <= r.elapsed(0) < WAIT_S + 1.0 for r in waits), [r.elapsed(0) for r in waits]
         shown = {r.name: r.elapsed(0) for r in track.rows if not r.wait}
         assert {"discover algorithms", "read the unit", "lock"} <= set(shown)
-        await pilot.pause(0.2)
-        screen = app.screen_text()
-        assert f"· {waits[-1].name}" in screen
+        await wait_for(lambda: f"· {waits[-1].name}" in app.screen_text(), 10, what="the last wait's line on screen",
+                       pilot=pilot)
     audit = [json.loads(line)["data"] for line in (tmp_path / "audit.log").read_text().splitlines()]
     spans = step_spans(audit)
     waited = [r for r in audit if r.get("kind") == "waited"]
@@ -168,14 +167,18 @@ def test_the_cli_s_question_is_no_step_s_time(lab: Lab, tmp_path: Path) -> None:
     out = b""
 
     def read_until(needle: bytes, timeout: float) -> None:
-        nonlocal out
-        deadline = time.monotonic() + timeout
-        while needle not in out and time.monotonic() < deadline:
-            if select.select([main], [], [], 0.2)[0]:
+        closed = False
+
+        def seen() -> bool:  # what the terminal got within 0.2 s, if anything
+            nonlocal out, closed
+            if needle not in out and select.select([main], [], [], 0.2)[0]:
                 try:
                     out += os.read(main, 65536)
                 except OSError:
-                    break
+                    closed = True  # the process is gone: nothing more comes
+            return needle in out or closed
+
+        wait_for(seen, timeout, step=0)
         assert needle in out, out.decode(errors="replace")
 
     try:

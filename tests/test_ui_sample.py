@@ -1,0 +1,135 @@
+"""The console on sample data (tests/sample_data.py: no host behind it, a frozen clock): the layout at
+80x24 and 160x48, the help screen and the palette, read-only gating of keys and bindings, themes.
+What needs real hosts (panes filled with real values, reconnects, actions) is in test_ui_live.py and
+the other lab tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sample_data as sd
+from conftest import wait_for
+from specconsole.ui.app import ConsoleApp
+from specconsole.ui.palette import ActionsProvider
+from specconsole.ui.panes import EventsPane, HostPane
+from specconsole.ui.registry import REGISTRY, key_display
+from specconsole.ui.screens import ConfirmScreen, HelpScreen
+from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def sample_app(tmp_path: Path, console: dict[str, Any] | None = None, **kwargs: Any) -> ConsoleApp:
+    """The console on the sample fleet, with this test's own state dir (and audit log in it)."""
+    now = sd.FROZEN_NOW
+    return ConsoleApp(sd.sample_config(str(tmp_path / "state"), **(console or {})), fleet=sd.sample_fleet(now),
+                      clock=lambda: now, themes=load_themes([BUNDLED_DIR]), **kwargs)
+
+
+def host_pane(app: ConsoleApp, name: str) -> HostPane:
+    return app.query_one(f"#host-{name}", HostPane)
+
+
+async def test_80x24_is_stacked_and_shows_both_hosts(tmp_path: Path) -> None:
+    app = sample_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(lambda: len(host_pane(app, "serve").row_keys) == 2
+                       and len(host_pane(app, "train").row_keys) == 8, 30, what="GPU rows", pilot=pilot)
+        await wait_for(lambda: app.screen.has_class("-narrow"), 10, what="the narrow layout", pilot=pilot)
+        await pilot.pause()
+        train, serve = host_pane(app, "train"), host_pane(app, "serve")
+        assert train.region.x == serve.region.x  # stacked, not side by side
+        assert train.region.width == serve.region.width >= 76
+        lines = app.screen_text().splitlines()
+        assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
+        text = "\n".join(lines)
+        assert text.count("H200") == 10  # every GPU of both hosts on the first screen
+        assert "? Help" in lines[-1] and "Quit" in lines[-1]
+        assert "train ●" in lines[0] and "step " in lines[0]  # the summary bar
+    app = sample_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(lambda: app.screen.has_class("-medium"), 10, what="the medium layout", pilot=pilot)
+        await pilot.pause()
+        train, serve = host_pane(app, "train"), host_pane(app, "serve")
+        assert train.region.y == serve.region.y and train.region.x < serve.region.x  # side by side
+
+
+async def test_help_screen_lists_every_binding(tmp_path: Path) -> None:
+    app = sample_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), 30, what="the help screen", pilot=pilot)
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        assert help_screen.rows == [s.id for s in REGISTRY]
+        text = app.screen_text()
+        for spec in REGISTRY:
+            assert spec.help[:40] in text, spec.id
+            assert key_display(spec.key) in text
+        await pilot.press("escape")
+        await wait_for(lambda: not isinstance(app.screen, HelpScreen), 30, what="help to close", pilot=pilot)
+        # the command palette offers every action too
+        provider = ActionsProvider(app.screen)
+        hits = [hit async for hit in provider.discover()]
+        listed = {str(h.display).split(" (")[0] for h in hits}
+        assert listed == {s.description for s in REGISTRY if s.id != "command_palette"}
+
+
+async def check_read_only(app: ConsoleApp) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.read_only
+        bound = {b.binding.action for b in app.screen.active_bindings.values()}  # what Textual offers
+        assert "kill_training" not in bound and "deploy" not in bound
+        assert app.check_action("kill_training", ()) is False
+        await wait_for(lambda: "Help" in app.screen_text().splitlines()[-1], 30, what="the footer", pilot=pilot)
+        footer = app.screen_text().splitlines()[-1]
+        assert "Kill training" not in footer and "Deploy" not in footer and "Help" in footer
+        await pilot.press("k", "d")
+        await pilot.pause()  # the keys handled: no dialog opens
+        assert not isinstance(app.screen, ConfirmScreen)
+        app.trigger_action("kill_training")  # the palette path: refused with a reason
+        await wait_for(lambda: any("kill training: unavailable: removed in read-only mode" in line
+                                   for line in app.query_one(EventsPane).lines), 10,
+                       what="the refusal in the events pane", pilot=pilot)
+        provider = ActionsProvider(app.screen)
+        listed = [str(h.display) async for h in provider.discover()]
+        assert not any("Kill" in t or "Deploy" in t for t in listed)
+        await pilot.press("question_mark")
+        await wait_for(lambda: isinstance(app.screen, HelpScreen), 30, what="the help screen", pilot=pilot)
+        assert "kill_training" not in app.screen.rows and "deploy" not in app.screen.rows
+        assert "Read-only mode" in app.screen_text()
+
+
+async def test_read_only_removes_destructive_bindings(tmp_path: Path) -> None:
+    await check_read_only(sample_app(tmp_path, read_only=True))  # --read-only
+    await check_read_only(sample_app(tmp_path, {"read_only": True}))  # read_only = true
+
+
+async def test_theme_cycles_and_is_remembered(tmp_path: Path) -> None:
+    app = sample_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.theme == "dark"
+        before = app.palette
+        await pilot.press("t")
+        await wait_for(lambda: app.theme == "light", 10, what="t to pick the light theme", pilot=pilot)
+        assert app.palette != before
+        await pilot.press("t")
+        await wait_for(lambda: app.theme == "high-contrast", 10, what="t to pick the high-contrast theme",
+                       pilot=pilot)
+    state = json.loads((tmp_path / "state" / "console.json").read_text())
+    assert state["theme"] == "high-contrast"
+    app = sample_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.theme == "high-contrast"  # remembered
+    app = sample_app(tmp_path, theme="light")  # --theme picks, and is remembered too
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.theme == "light"
+    assert json.loads((tmp_path / "state" / "console.json").read_text())["theme"] == "light"
