@@ -8,6 +8,8 @@ clock=lambda: now)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from specconsole.config import Config, parse_config
@@ -163,6 +165,35 @@ def sample_deploy_events(now: float = FROZEN_NOW) -> list[Any]:
 
 SAMPLE_TASKS = ("fizzbuzz", "binary_search", "linked_list_reverse", "json_parser", "async_rate_limiter",
                 "trie_autocomplete", "merge_sort", "lru_cache", "graph_bfs", "matrix_multiply")
+
+
+def comparison_runs() -> list[Any]:
+    """z-lab's published run and ours: the eval pane opens on their comparison (the newest two)."""
+    return sample_runs()[:2]
+
+
+def save_runs(results: Path, runs: Sequence[Any]) -> Path:
+    """``runs`` stored in the results folder ``results`` (for ``$SPECCONSOLE_EVAL_RESULTS``)."""
+    from specconsole.eval.store import ResultStore
+
+    store = ResultStore(results)
+    for run in runs:
+        store.save(run)
+    return results
+
+
+def frozen_console(state_dir: str, **kwargs: Any) -> Any:
+    """The console on this module's state with the clock frozen at :data:`FROZEN_NOW` and seeded
+    plot histories: every run draws the same frame (the snapshots, scripts/screenshots.py). The eval
+    pane reads ``$SPECCONSOLE_EVAL_RESULTS`` (set it to a :func:`save_runs` folder first)."""
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    now = FROZEN_NOW
+    app = ConsoleApp(sample_config(state_dir), fleet=sample_fleet(now, **kwargs), clock=lambda: now,
+                     themes=load_themes([BUNDLED_DIR]))
+    seed_history(app.history, now)
+    return app
 
 
 def sample_runs() -> list[Any]:

@@ -210,7 +210,10 @@ async def test_form_enter_moves_fields_errors_in_place_and_refusal_beside_the_fi
         assert result == [None]
 
 
-async def test_keyboard_focus_cycles_panes_and_scrolls_at_80x24(tmp_path: Path) -> None:
+async def test_keyboard_focus_cycles_panes_and_scrolls_at_80x24(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # stored runs: the eval pane shows its comparison table (with no runs it shows only what to do)
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(sd.save_runs(tmp_path / "eval", sd.comparison_runs())))
     app = frozen(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()

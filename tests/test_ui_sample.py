@@ -34,20 +34,24 @@ def host_pane(app: ConsoleApp, name: str) -> HostPane:
     return app.query_one(f"#host-{name}", HostPane)
 
 
-async def test_80x24_is_stacked_and_shows_both_hosts(tmp_path: Path) -> None:
+async def test_80x24_sums_up_both_hosts_side_by_side(tmp_path: Path) -> None:
+    """80x24 (issue 21): each host's GPUs summed up in two lines, the two hosts side by side, so the
+    eval pane fits on the first screen under them."""
     app = sample_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(lambda: len(host_pane(app, "serve").row_keys) == 2
                        and len(host_pane(app, "train").row_keys) == 8, 30, what="GPU rows", pilot=pilot)
-        await wait_for(lambda: app.screen.has_class("-narrow"), 10, what="the narrow layout", pilot=pilot)
+        await wait_for(lambda: app.screen.has_class("-narrow") and app.screen.has_class("-short"), 10,
+                       what="the narrow, short layout", pilot=pilot)
         await pilot.pause()
         train, serve = host_pane(app, "train"), host_pane(app, "serve")
-        assert train.region.x == serve.region.x  # stacked, not side by side
-        assert train.region.width == serve.region.width >= 76
+        assert train.region.y == serve.region.y and train.region.x < serve.region.x  # side by side
+        assert train.region.height <= 8 and not train.table.display  # a summary, not a row per GPU
         lines = app.screen_text().splitlines()
         assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
         text = "\n".join(lines)
-        assert text.count("H200") == 10  # every GPU of both hosts on the first screen
+        assert "8× H200 · util" in text and "2× H200 · util" in text  # every GPU of both hosts counted
+        assert "mem " in text and " kW" in text
         assert "? Help" in lines[-1] and "Quit" in lines[-1]
         assert "train ●" in lines[0] and "step " in lines[0]  # the summary bar
     app = sample_app(tmp_path)

@@ -1,5 +1,6 @@
-"""SVG snapshots pinning the console's layout at 80x24, 120x40 (a host down) and 160x48, and with an
-action running (the action view) at 80x24, 120x40 and 200x50, the plan dialog and the wizard.
+"""SVG snapshots pinning the console's layout at 80x24, 120x40 (a host down) and 160x48 with the eval
+comparison (z-lab's published run and ours) on screen, and with an action running (the action
+view) at 80x24, 120x40 and 200x50, the plan dialog and the wizard.
 
 Live values change on every run, so these draw a fixed state: HostStatus objects built from the
 real source dataclasses (tests/sample_data.py), a frozen clock, seeded histories, UTC.
@@ -21,7 +22,6 @@ from textual.pilot import Pilot
 import sample_data as sd
 from specconsole.hosts import ConnState
 from specconsole.ui.app import ConsoleApp
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,11 +38,14 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def frozen_app(tmp_path: Path, **kwargs: Any) -> ConsoleApp:
-    now = sd.FROZEN_NOW
-    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(now, **kwargs),
-                     clock=lambda: now, themes=load_themes([BUNDLED_DIR]))
-    sd.seed_history(app.history, now)
-    return app
+    return sd.frozen_console(str(tmp_path / "state"), **kwargs)
+
+
+def comparison_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> ConsoleApp:
+    """The frozen console with z-lab's published run and ours stored: the eval pane opens on their
+    comparison (what issue 21 wants on the first screen at 80x24)."""
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(sd.save_runs(tmp_path / "eval-results", sd.comparison_runs())))
+    return frozen_app(tmp_path, **kwargs)
 
 
 async def settle(pilot: Pilot[Any]) -> None:
@@ -53,17 +56,23 @@ async def settle(pilot: Pilot[Any]) -> None:
     await pilot.wait_for_scheduled_animations()
 
 
-def test_layout_80x24(snap_compare: Any, tmp_path: Path) -> None:
+def test_layout_80x24(snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both hosts summed up side by side, then the comparison with its average row and ratio."""
+    assert snap_compare(comparison_app(tmp_path, monkeypatch), terminal_size=(80, 24), run_before=settle)
+
+
+def test_layout_160x48(snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert snap_compare(comparison_app(tmp_path, monkeypatch), terminal_size=(160, 48), run_before=settle)
+
+
+def test_layout_120x40_host_down(snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert snap_compare(comparison_app(tmp_path, monkeypatch, train_state=ConnState.DOWN),
+                        terminal_size=(120, 40), run_before=settle)
+
+
+def test_layout_empty_eval_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """No stored runs: the eval pane says where it looked and how to make one, in a short box."""
     assert snap_compare(frozen_app(tmp_path), terminal_size=(80, 24), run_before=settle)
-
-
-def test_layout_160x48(snap_compare: Any, tmp_path: Path) -> None:
-    assert snap_compare(frozen_app(tmp_path), terminal_size=(160, 48), run_before=settle)
-
-
-def test_layout_120x40_host_down(snap_compare: Any, tmp_path: Path) -> None:
-    assert snap_compare(frozen_app(tmp_path, train_state=ConnState.DOWN), terminal_size=(120, 40),
-                        run_before=settle)
 
 
 def test_help_screen_80x24(snap_compare: Any, tmp_path: Path) -> None:
@@ -79,13 +88,7 @@ def test_help_screen_80x24(snap_compare: Any, tmp_path: Path) -> None:
 
 def action_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConsoleApp:
     """The frozen console with stored eval runs and a deploy caught mid-restart in the action view."""
-    from specconsole.eval.store import ResultStore
-
-    results = tmp_path / "eval-results"
-    store = ResultStore(results)
-    for run in sd.sample_runs():
-        store.save(run)
-    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(results))
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(sd.save_runs(tmp_path / "eval-results", sd.sample_runs())))
     return frozen_app(tmp_path)
 
 

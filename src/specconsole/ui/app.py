@@ -9,7 +9,9 @@ Structure:
   a host's first data) triggers one coalesced redraw ~50 ms later, so nothing waits a full tick
   to show a host going down and nothing redraws more than needed.
 - the panes (:mod:`specconsole.ui.panes`) render snapshots; layout and colours are in
-  ``console.tcss``; breakpoints put the host panes side by side from 120 columns.
+  ``console.tcss``; its breakpoints lay the panes out by the terminal's size (the host panes side by
+  side, each GPU a row when there are 40 rows, else summed up; the eval pane beside serving and
+  training from 120 columns, first under the hosts below that).
 - every key, the footer, the ``?`` screen and the command palette come from one registry
   (:mod:`specconsole.ui.registry`), remapped by ``[keys]``, gated by read-only mode.
 - themes are loaded from TOML files (:mod:`specconsole.ui.themes`); ``t`` cycles them,
@@ -196,9 +198,12 @@ class ConsoleApp(App[int]):
         with VerticalScroll(id="body"):
             with Container(id="hosts", classes=f"-n{min(len(panes['hosts']), 3)}"):
                 yield from panes["hosts"]
-            with Container(id="middle"):
-                yield from panes["middle"]
+            # the eval pane beside a column of the serving and training panes (one under the other
+            # at 80 columns, the eval pane first: its comparison is on the first screen)
+            with Container(id="lower", classes="" if panes["middle"] else "-solo"):
                 yield EvalPane(id="eval")
+                with Container(id="middle"):
+                    yield from panes["middle"]
             yield EventsPane(self.events, id="events")
         yield ActionPanel(id="action")
         yield Footer()

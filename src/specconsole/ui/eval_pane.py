@@ -2,16 +2,17 @@
 
 A self-contained widget: ``EvalPane(store=ResultStore())``; the app reacts to its messages.
 
-* left: the stored runs (a :class:`SelectionList`; space toggles a run, ``b`` makes the highlighted
-  run the baseline, marked ★).
-* right, one run selected: its per-task table (:func:`specconsole.eval.compare.overview`): task,
+* top: the stored runs, a row each (a :class:`SelectionList`, a few rows high, that scrolls; space
+  toggles a run, ``b`` makes the highlighted run the baseline, marked ★); the keys in the border.
+* under them, one run selected: its per-task table (:func:`specconsole.eval.compare.overview`): task,
   acceptance length, tokens/s, latency, the average row; best/worst task by the chosen metric.
-* right, two or more: the comparison (:func:`specconsole.eval.compare.compare`): a row per task,
+* under them, two or more: the comparison (:func:`specconsole.eval.compare.compare`): a row per task,
   the average row, a ``run / baseline`` column in % per run, the best task of each run in the
   success colour and the worst in the error colour (in the ratio columns too: where the run is
   closest to and furthest from the baseline), and a "tok/s vs vanilla" row when a vanilla run is
   selected. The average row comes first and stays pinned while the tasks scroll.
-* bottom: the live progress of a run: one line per task from the runner's step events.
+* bottom, once a run started (or a stored run was skipped): the live progress of a run, one line
+  per task from the runner's step events.
 
 ``e`` posts :class:`EvalPane.RunRequested`; the app handles it (``on_eval_pane_run_requested``)
 by calling :meth:`EvalPane.start` with the run to make (an async callable receiving the step-event
@@ -27,7 +28,7 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, RichLog, SelectionList, Static
 from textual.widgets.selection_list import Selection
@@ -66,16 +67,22 @@ class EvalPane(Vertical):
     """Runs list + comparison table + live progress. See the module docstring."""
 
     DEFAULT_CSS = """
-    EvalPane { height: auto; min-height: 16; }
-    EvalPane #eval-body { height: auto; min-height: 12; }
-    EvalPane #eval-runs { width: 36; height: auto; max-height: 24; }
-    EvalPane #eval-run-list { height: auto; max-height: 20; }
-    EvalPane #eval-main { width: 1fr; height: auto; }
+    EvalPane { height: auto; }
+    EvalPane #eval-body { height: auto; }
+    EvalPane #eval-run-list { height: auto; max-height: 4; border: none; padding: 0; background: transparent; }
+    EvalPane #eval-run-list:focus { background-tint: $foreground 5%; }
+    EvalPane #eval-main { height: auto; }
+    EvalPane #eval-title { text-wrap: nowrap; text-overflow: ellipsis; }
     EvalPane #eval-table { height: auto; max-height: 24; }
     EvalPane .eval-hint { color: $text-muted; }
-    EvalPane #eval-progress { height: 1; }
-    EvalPane #eval-log { height: 6; }
+    EvalPane #eval-progress { height: 1; display: none; }
+    EvalPane #eval-log { height: 6; display: none; }
+    EvalPane.-log #eval-progress, EvalPane.-log #eval-log { display: block; }
+    EvalPane.-empty #eval-table, EvalPane.-empty #eval-legend { display: none; }
+    EvalPane.-empty #eval-title { text-wrap: wrap; }
     """
+    #: The keys, in the border (the footer has them too, while the pane has the focus).
+    HINT = "[b]space[/] select · [b]b[/] baseline · [b]e[/] new run · [b]m[/] metric"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_highlighted", "Select", tooltip="Select or unselect the highlighted run"),
@@ -117,11 +124,9 @@ class EvalPane(Vertical):
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         self.border_title = "Eval"
-        with Horizontal(id="eval-body"):
-            with Vertical(id="eval-runs"):
-                yield Static("runs: [b]space[/] select · [b]b[/] baseline · [b]e[/] new run · [b]m[/] metric",
-                             classes="eval-hint")
-                yield SelectionList[str](id="eval-run-list")
+        self.border_subtitle = self.HINT
+        with Vertical(id="eval-body"):
+            yield SelectionList[str](id="eval-run-list")
             with Vertical(id="eval-main"):
                 yield Static("", id="eval-title")
                 # the average row comes first and stays pinned (fixed_rows, set once it exists: an
@@ -262,6 +267,7 @@ class EvalPane(Vertical):
         runs = self.selected
         table.fixed_rows = 0
         table.clear(columns=True)
+        self.set_class(not runs, "-empty")  # the message alone, wrapped: no empty table or legend rows
         if not runs:
             self.comparison = None
             where = escape(str(self.store.root))
@@ -358,6 +364,7 @@ class EvalPane(Vertical):
         self.log_lines.append(line)
         del self.log_lines[:-LOG_LINES]
         if self.is_mounted:
+            self.add_class("-log")  # the progress line and the log take room once they have something
             self.query_one("#eval-log", RichLog).write(line)
 
     def feed(self, event: StepEvent) -> None:
@@ -378,6 +385,7 @@ class EvalPane(Vertical):
     def _set_progress(self, text: str) -> None:
         self.progress_text = text
         if self.is_mounted:
+            self.add_class("-log")
             self.query_one("#eval-progress", Static).update(escape(text))
 
     def action_start_run(self) -> None:

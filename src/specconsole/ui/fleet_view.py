@@ -441,7 +441,8 @@ class FleetNavigator:
             hosts_box = screen.query_one("#hosts")
             hosts_box.set_classes("-n1")
             await hosts_box.mount_all(panes["hosts"])
-            await screen.query_one("#middle").mount_all(panes["middle"], before=0)
+            await screen.query_one("#middle").mount_all(panes["middle"])
+            screen.query_one("#lower").set_class(not panes["middle"], "-solo")
             self._mounted = [*panes["hosts"], *panes["middle"]]
             self.console.panes_changed()
         self.detail = host

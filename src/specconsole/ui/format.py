@@ -208,3 +208,40 @@ def missing_gpu_cells(index: int, previous_name: str | None, palette: Palette) -
         _cell(""), _cell(""), _cell(""),
         _cell("was present earlier", palette.error),
     )
+
+
+def _styled(text: str, style: str) -> str:
+    return f"[{style}]{text}[/]" if style else text
+
+
+def gpu_summary(snap: Any, missing: Sequence[int], palette: Palette) -> str:
+    """A host's GPUs in two lines (the host pane on a short screen, instead of a row per GPU):
+    ``8× H200 · util 24% (0–99%) · 72°C`` (mean utilization, its spread, the hottest GPU) and
+    ``mem 119/1123 GiB · 1.7/5.6 kW`` (totals), each coloured by the worst GPU; missing GPUs first."""
+    gpus = snap.gpus
+    names = {short_gpu_name(r.name) for r in gpus}
+    count = len(gpus) + len(missing)
+    head = f"{count}× {escape(names.pop())}" if len(names) == 1 else f"{count} GPUs"
+    parts = [head]
+    if missing:
+        parts.append(f"[b {palette.error}]{len(missing)} MISSING[/]")
+    utils = [r.utilization_pct for r in gpus if r.utilization_pct is not None]
+    if utils:
+        spread = f" ({min(utils):.0f}–{max(utils):.0f}%)" if len(utils) > 1 else ""
+        parts.append(f"util [b]{sum(utils) / len(utils):.0f}%[/]{spread}")
+    temps = [r.temperature_c for r in gpus if r.temperature_c is not None]
+    if temps:
+        parts.append(_styled(num(max(temps), unit="°C"), _level(max(temps), 83, 90, palette)))
+    used = [r.memory_used_mib for r in gpus if r.memory_used_mib is not None]
+    total = [r.memory_total_mib for r in gpus if r.memory_total_mib]
+    mem_pcts = [p for r in gpus if (p := r.memory_used_pct) is not None]
+    mem = f"{sum(used) / 1024:.0f}/{sum(total) / 1024:.0f}" if used and total else NA
+    second = [_styled(f"mem {mem} GiB", _level(max(mem_pcts, default=None), 90, 98, palette))]
+    power = [r.power_draw_w for r in gpus if r.power_draw_w is not None]
+    limits = [r.power_limit_w for r in gpus if r.power_limit_w]
+    if power:
+        pcts = [100.0 * r.power_draw_w / r.power_limit_w for r in gpus
+                if r.power_draw_w is not None and r.power_limit_w]
+        watts = f"{sum(power) / 1000:.1f}/{sum(limits) / 1000:.1f} kW" if limits else f"{sum(power) / 1000:.1f} kW"
+        second.append(_styled(watts, _level(max(pcts, default=None), 90, 100, palette)))
+    return " · ".join(parts) + "\n" + " · ".join(second)

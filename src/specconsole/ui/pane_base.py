@@ -62,7 +62,7 @@ class PerHostPane(Vertical):
     """A pane about one host: titled, a body line until the first sample, redrawn by ``show``.
 
     A subclass names its ``KIND`` (its DOM id is ``<KIND>-<host>``, its CSS class ``<KIND>-pane``),
-    its ``SLOT`` (``hosts``: the top row; ``middle``: the row of the eval pane), which hosts get one
+    its ``SLOT`` (``hosts``: the top row; ``middle``: the column beside the eval pane), which hosts get one
     (:meth:`wanted`), its titles, the parts under the body (:meth:`compose_parts`) and what a status
     looks like (:meth:`draw`); it goes into :data:`PER_HOST_PANES`.
     """

@@ -12,7 +12,7 @@ redraws them from.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from rich.segment import Segment
@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
+from textual.css.scalar import Scalar
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -47,7 +48,11 @@ _BADGE_VAR = {"ok": "$success", "warn": "$warning", "bad": "$error", "idle": "$t
 # ------------------------------------------------------------------------------ host pane
 
 class HostPane(PerHostPane):
-    """One host: connection badge, sample age, GPU table, utilization and tokens/s history."""
+    """One host: connection badge, sample age, GPU table, utilization and tokens/s history.
+
+    On a short screen (``Screen.-short`` in console.tcss) the GPU table gives way to a two-line
+    summary of the host's GPUs (:func:`~specconsole.ui.format.gpu_summary`): the panes of both hosts
+    and the eval comparison share the first screen at 80x24."""
 
     KIND = "host"
     SLOT = "hosts"
@@ -66,6 +71,7 @@ class HostPane(PerHostPane):
 
     def compose_parts(self) -> ComposeResult:
         yield TextBlock("", classes="problem")
+        yield TextBlock("[$text-muted]no GPU readings yet[/]", classes="gpu-summary")
         yield GpuTable(fmt.GPU_COLUMNS, classes="gpus")
         yield PlotRow("util %", maximum=100.0, classes="plot util")
         yield PlotRow("tok/s", classes="plot tokens")
@@ -116,6 +122,7 @@ class HostPane(PerHostPane):
         if shown is not None:
             missing = snapshot.missing if snapshot is not None and snapshot.gpus else shown.missing
             self._update_table(shown, missing, view.palette, stale)
+            part(self, ".gpu-summary", TextBlock).set(fmt.gpu_summary(shown, missing, view.palette))
 
         util = view.history.series(status.name, "util")
         part(self, ".util", PlotRow).show(util.values(), fmt.num(util.latest, unit="%"))
@@ -329,6 +336,7 @@ class EventList(ScrollView, can_focus=True):
         self._rows: list[tuple[int, str]] = []  # (index into _lines, text of one screen row)
         self._wrap_width = 0
         self._follow = True  # keep showing the newest line until the operator scrolls up
+        self.rows_changed: Callable[[int], None] | None = None  # told the number of screen rows
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
@@ -355,6 +363,8 @@ class EventList(ScrollView, can_focus=True):
         self._wrap_width = width
         self._rows = [(i, row) for i, line in enumerate(self._lines) for row in self.wrap(line, width)]
         self.virtual_size = Size(width, len(self._rows))
+        if self.rows_changed is not None:
+            self.rows_changed(len(self._rows))
 
     def on_resize(self) -> None:
         if self._width() != self._wrap_width:
@@ -394,7 +404,11 @@ class EventList(ScrollView, can_focus=True):
 
 
 class EventsPane(Vertical):
-    """The event log (connections, errors, actions and their steps), newest at the bottom."""
+    """The event log (connections, errors, actions and their steps), newest at the bottom.
+
+    It takes the room left under the other panes (``height: 1fr`` in console.tcss), at least its
+    latest line, and never more than its lines: its ``max-height`` follows the number of rows it
+    holds, so a quiet log is a short box, not a block of empty rows."""
 
     def __init__(self, events: EventLog, **kwargs: Any) -> None:
         super().__init__(classes="pane events-pane", **kwargs)
@@ -404,7 +418,15 @@ class EventsPane(Vertical):
         self.border_title = "Events"
         if self.events.audit_path is not None:
             self.border_subtitle = escape(f"audit: {self.events.audit_path}")
-        yield EventList(keep=self.events.recent.maxlen or 1000, classes="log")
+        log = EventList(keep=self.events.recent.maxlen or 1000, classes="log")
+        log.rows_changed = self._fit
+        yield log
+
+    def _fit(self, rows: int) -> None:
+        # its rows and the border; past the screen's height more makes no difference (no relayout)
+        height = min(max(1, rows), max(1, self.app.size.height)) + self.styles.gutter.height
+        if self.styles.max_height != Scalar.from_number(height):
+            self.styles.max_height = height
 
     @property
     def lines(self) -> list[str]:
