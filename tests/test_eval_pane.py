@@ -238,7 +238,7 @@ async def test_e_starts_a_live_run_against_the_simulator(store: ResultStore, tmp
         app = PaneApp(pane, start)
         async with app.run_test(size=(180, 50)) as pilot:
             await pilot.pause()
-            pane.select_runs(["zlab"], baseline="zlab")
+            pane.select_runs(["ours-4000", "zlab"], baseline="zlab")
             pane.query_one("#eval-run-list", SelectionList).focus()
             pane.action_start_run()  # what the app's e binding (registry) calls
             await wait_for(lambda: not pane.running and bool(app.messages)
@@ -250,8 +250,10 @@ async def test_e_starts_a_live_run_against_the_simulator(store: ResultStore, tmp
             progress = [line for line in pane.log_lines if "/3] " in line]
             assert len(progress) == 3 and all("acceptance" in line for line in progress)
             assert "saved to" in pane.progress_text
-            # the new run is listed and selected next to the baseline: the table compares them
+            # the new run is listed and shown beside the baseline (ours is still listed, unselected):
+            # the table compares the two
             assert [r.id for r in pane.selected] == ["zlab", run.id]
+            assert "ours-4000" in [r.id for r in pane.runs]
             table = pane.query_one("#eval-table", DataTable)
             value = run.task("fizzbuzz").acceptance_length  # type: ignore[union-attr]
             assert _cell(table, "fizzbuzz", run.id).split()[0] == f"{value:.2f}"

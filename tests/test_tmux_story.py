@@ -1,17 +1,22 @@
 """The operator's story in a real tmux at 80x24 (issue 10), read from the screen only.
 
 `specconsole demo` runs in a tmux server of its own (a socket in the test's folder, no status bar, 80x24). A recorder
-captures the pane every 0.25 s while the test, like an operator, kills training (k, Tab, Enter)
-and then deploys DFLASH with a draft window of 16 (d, Enter through the form, Tab, Enter on the
-plan). Asserted from the captured frames:
+captures the pane every 0.25 s while the test, like an operator, reads the eval table, kills
+training (k, Tab, Enter) and then makes the operator's request of issue 21, "deploy with z-lab
+DDTree up to 16 draft len", on the demo's DDTree build of SGLang: d, shift+Tab to the algorithm,
+Enter, Down to DDTREE, Enter, block size 16, tree budget 16 (the form's help line says "'Up to 16'
+→ block size 16, budget 16"), Enter to Plan, Tab, Enter on the plan; then e measures the new deployment. Asserted
+from the captured frames:
 
-* every step of both actions (as the audit log names them) appeared on screen;
-* the kill dialog's and the plan's buttons were on screen;
-* the demo's seeded eval comparison (ours / z-lab, the average ratio) is on screen after two Tabs;
+* every step of the three actions (as the audit log names them) appeared on screen;
+* the kill dialog's and the plan's buttons were on screen; the plan named the tree budget 16 and
+  the triton attention its full-tree mode needs;
+* the demo's seeded eval comparison (ours / z-lab, the average ratio) is on screen after two Tabs,
+  and after e the new DDTREE run beside the z-lab baseline with its average ratio;
 * no step a dialog followed took longer than its commands' own time by more than 0.2 s (the
   dialog's time is a "waited ... for your confirmation" line of its own);
-* the final state lines ("train: training stopped", "serve: serving DFLASH, draft window 16,
-  healthy") were visible, and SGLang's /server_info says DFLASH with window 16;
+* the final state lines ("train: training stopped", "serve: serving DDTREE, block 16, tree budget
+  16, healthy") were visible, and SGLang's /server_info says DDTREE, 16 draft tokens, budget 16;
 * q quits the demo with status 0 and nothing it started is left running (the checks the full
   scripts/tmux-smoke.sh run makes; tests/test_tmux_smoke.py runs the script with --quick);
 * the longest interval, while an action ran and no dialog was up, without a new status line in
@@ -51,6 +56,8 @@ WIDTH, HEIGHT = 80, 24
 DIALOGS = ("Kill training on train?", "Deploy to serve?", "Deploy: change the SGLang")
 PANEL_TITLE = re.compile(r"╭─ (Kill training on train|Deploy to serve) · (running|done|FAILED)")
 ELAPSED = re.compile(r"\s\d+\.\d+s\b")
+#: the eval table's average row with two runs and one ratio: new run, baseline, new / baseline
+EVAL_AVERAGE = re.compile(r"average\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d %")
 
 
 @dataclass(frozen=True)
@@ -168,9 +175,10 @@ def audit_steps(audit: Path) -> tuple[dict[str, list[str]], list[float]]:
             continue
         data = event.get("data") or {}
         action = data.get("action")
-        if action not in ("kill-training", "deploy"):
+        if action not in ("kill-training", "deploy", "eval"):
             continue
-        times.append(float(event["at"]))
+        if action != "eval":  # the silence check watches the kill's and the deploy's view
+            times.append(float(event["at"]))
         if data.get("kind") == "step" and data.get("step"):
             names = steps.setdefault(action, [])
             if data["step"] not in names:
@@ -262,6 +270,7 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
     pane = int(tmux("display-message", "-p", "-t", "story", "#{pane_pid}").strip() or 0)
     rec = Recorder(tmux, "story")
     rec.start()
+    marks = [("start", time.time())]  # when each part of the story began (printed: where the time goes)
     try:
         rec.wait_for(lambda f: re.search(r"step [0-9,]+/", f.text) is not None, "the training step", 240)
         rec.wait_for(lambda f: "serve ●" in f.text, "the serving host connected", 120)
@@ -271,6 +280,7 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
         seeded = rec.wait_for(lambda f: "ours / z-lab" in f.text, "the seeded comparison", 30)
 
         # kill: the plan dialog with its buttons, then every step and the host's state
+        marks.append(("kill", time.time()))
         keys("k")
         dialog = rec.wait_for(lambda f: "Kill training on train?" in f.text, "the kill dialog", 120)
         dialog = rec.wait_for(lambda f: "Kill training on train?" in f.text and "Cancel" in f.text
@@ -279,26 +289,41 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
         rec.wait_for(lambda f: "▸ train: training stopped" in f.text, "the kill's final state line", 180)
         keys("Escape")
 
-        # deploy: the wizard (Enter moves field to field, then presses Plan), the plan and its buttons
+        # deploy, the operator's request: DDTREE (after DFLASH in the host's --help), block 16, budget 16
+        marks.append(("deploy", time.time()))
         keys("d")
         rec.wait_for(lambda f: "Deploy: change the SGLang" in f.text, "the deploy form", 60)
-        rec.wait_for(lambda f: "algorithms from the host's --help" in f.text or "offering" in f.text,
-                     "the algorithm choices", 120)
-        keys("Enter", "Enter", "Enter", "Enter")
+        rec.wait_for(lambda f: "algorithms from the host's --help" in f.text, "the DDTree build's algorithms", 120)
+        keys("BTab", "Enter")
+        rec.wait_for(lambda f: "DDTREE" in f.text and "DSPARK" in f.text, "the algorithm list", 10)
+        keys("Down", "Enter")
+        form = rec.wait_for(lambda f: re.search(r"Speculative algorithm\s+DDTREE", f.text) is not None
+                            and "DDTree tree budget" in f.text, "DDTREE's fields", 10)
+        # block size (focused), tree budget, Enter past the draft model onto Plan, Enter presses it
+        keys("16", "Enter", "16", "Enter", "Enter", "Enter")
         plan = rec.wait_for(lambda f: "Deploy to serve?" in f.text and "Cancel" in f.text
                             and "Deploy and restart" in f.text, "the plan with its buttons", 180)
         keys("Tab", "Enter")
-        final = rec.wait_for(lambda f: "▸ serve: serving DFLASH, draft window 16, healthy" in f.text
+        final = rec.wait_for(lambda f: "▸ serve: serving DDTREE, block 16, tree budget 16, healthy" in f.text
                              and (p := f.panel()) is not None and p[1] == "done", "the deploy's final state line",
                              300)
-        # the deploy really happened: SGLang itself says DFLASH with window 16
+        # the deploy really happened: SGLang itself says DDTREE, 16 draft tokens, budget 16
         port = json.loads((lab / "state.json").read_text())["sglang_port"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=10) as answer:
             info = json.loads(answer.read())
+
+        # e: measure the new deployment; the new run shows beside the z-lab baseline with its ratio
+        marks.append(("eval", time.time()))
+        keys("Escape", "e")
+        rec.wait_for(lambda f: "Eval run · done" in f.text, "the eval run to end", 180)
+        keys("Escape")
+        measured = rec.wait_for(lambda f: "DDTREE / z-lab" in f.text and EVAL_AVERAGE.search(f.text) is not None,
+                                "the new run beside the baseline with its ratio", 30)
         running = demo_processes(str(lab), skip={pane})  # what the check after q would find now
     finally:
         rec.stopped.set()
         rec.join(5)
+        marks.append(("quit", time.time()))
         keys("q")
         exited = ""
 
@@ -312,15 +337,22 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
         if "DEMO-EXITED" in exited:  # the last of them may still be on its way out
             wait_for(lambda: not demo_processes(str(lab), skip={pane}), 5, step=0.2)
             left = demo_processes(str(lab), skip={pane})
+        marks.append(("end", time.time()))
         tmux("kill-server")
         subprocess.run([str(exe), "lab", "down", "--dir", str(lab)], capture_output=True, timeout=120)
 
-    assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_window_size"] == 16, info
+    assert info["speculative_algorithm"] == "DDTREE" and info["speculative_num_draft_tokens"] == 16, info
+    assert info["speculative_ddtree_budget"] == 16 and info["attention_backend"] == "triton", info
     # q quits cleanly and the demo takes down everything it started
     assert "DEMO-EXITED 0" in exited, exited
     assert running and not left, f"processes of the demo still running after q: {left}"
     assert "Cancel" in dialog.text and "Cancel" in plan.text and "Deploy and restart" in plan.text
-    assert "▸ serve: serving DFLASH, draft window 16, healthy" in final.text
+    assert "▸ serve: serving DDTREE, block 16, tree budget 16, healthy" in final.text
+    # the form said how "up to 16" maps; the plan named the budget and the full tree's triton attention
+    assert "'Up to 16'" in form.text and "budget 16" in form.text, form.text
+    assert re.search(r"--speculative-ddtree-budget\s+- → 16", plan.text) and "triton" in plan.text, plan.text
+    # the new run (DDTREE) beside the z-lab baseline (★), its ratio on the average row
+    assert re.search(r"task\s+DDTREE\s+★ z-lab\s+DDTREE / z-lab", measured.text), measured.text
 
     # the seeded comparison was on screen (issue 21): ours beside the z-lab baseline with the ratio
     assert "ours / z-lab" in seeded.text and re.search(r"average .*\d+\.\d %", seeded.text), seeded.text
@@ -333,13 +365,14 @@ def test_kill_then_deploy_story_on_screen_at_80x24(tmp_path: Path) -> None:
     assert any("waited" in s and "for your confirmation" in s for s in (f.text for f in rec.frames))
 
     steps, times = audit_steps(lab / "audit.log")
-    assert steps.get("kill-training") and steps.get("deploy"), steps
+    assert steps.get("kill-training") and steps.get("deploy") and steps.get("eval"), steps
     screens = [f.text for f in rec.frames]
     for action, names in steps.items():
         missing = [n for n in names if not any(n in s for s in screens)]
         assert not missing, f"{action}: steps never on screen: {missing} (all: {names})"
 
     gap, start, end, step = longest_silence(rec.frames)
+    print("story: " + ", ".join(f"{a} {t1 - t0:.1f}s" for (a, t0), (_, t1) in itertools.pairwise(marks)))
     print(f"longest interval without a new status line: {gap:.2f}s (during {step!r})")
     if gap > MAX_SILENT_S:
         silent = timeline_gap(times, start, end)

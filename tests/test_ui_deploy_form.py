@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import App
 from textual.pilot import Pilot
-from textual.widgets import Button, Input, Select
+from textual.widgets import Button, Input, Select, Static
 
 from conftest import wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
@@ -64,6 +64,24 @@ async def test_ddtree_shows_block_size_and_tree_budget_and_sends_them() -> None:
         select.value = "NEXTN"
         await pilot.pause()
         assert not any(form.query_one(f"#row-{key}").display for key in ("draft_window", "block_size", "tree_budget"))
+
+
+async def test_ddtree_says_how_up_to_16_maps_onto_the_tree_budget() -> None:
+    """The help line under the hint says what the budget counts (DDTREE only; DFLASH's form is unchanged)."""
+    async def discover() -> list[str]:
+        return ["DFLASH", "DDTREE"]
+
+    form = DeployForm({**VALUES, "algorithm": "DDTREE"}, discover=discover)
+    async with FormApp(form).run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        help_line = form.query_one("#deploy-help", Static)
+        shown = help_line.render()
+        text = shown.plain if hasattr(shown, "plain") else str(shown)
+        assert help_line.display and "'Up to 16' → block size 16, budget 16" in text and "block size - 1" in text
+        form.query_one("#deploy-algorithm", Select).value = "DFLASH"
+        await pilot.pause()
+        assert not help_line.display
 
 
 async def test_a_bad_tree_budget_is_marked_in_place() -> None:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from specconsole import paths
 from specconsole.errors import SpecConsoleError
+from specconsole.lab.sglang_versions import BASE_VERSION, DDTREE_VERSION
 from specconsole.validation import num, option_type
 
 #: the simulated SGLang's load time (the lab's deploy tests wait for it)
@@ -34,6 +35,9 @@ def add_lab_parsers(sub: Any) -> None:
     de.add_argument("--dir", help=f"demo lab folder (default {paths.state_dir() / 'demo'})")
     de.add_argument("--sglang-startup", type=option_type(StartupSeconds, "--sglang-startup"), default=3.0,
                     help="simulated SGLang load time, s")
+    de.add_argument("--sglang-version", default=DDTREE_VERSION,
+                    help=f"the serving host's simulated SGLang: {DDTREE_VERSION} (default: the DDTree build, "
+                         f"which also offers DFLASH), or {BASE_VERSION}")
     de.add_argument("--no-console", action="store_true", help="start the lab only and wait (Ctrl-C stops it)")
 
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
@@ -41,8 +45,8 @@ def add_lab_parsers(sub: Any) -> None:
     up = lab_sub.add_parser("up", help="start the lab and write a console config for it")
     up.add_argument("--sglang-startup", type=option_type(StartupSeconds, "--sglang-startup"), default=3.0,
                     help="simulated SGLang load time, s")
-    up.add_argument("--sglang-version", default="0.5.23",
-                    help="the serving host's simulated SGLang: 0.5.23, or 0.5.24+ddtree (with DDTree)")
+    up.add_argument("--sglang-version", default=BASE_VERSION,
+                    help=f"the serving host's simulated SGLang: {BASE_VERSION}, or {DDTREE_VERSION} (with DDTree)")
     up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
     for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
                    lab_sub.add_parser("status", help="is the lab running, and where is its config")):
@@ -62,7 +66,10 @@ def _demo(args: argparse.Namespace) -> int:
     from specconsole.lab.environment import Lab, LabOptions, default_demo_dir, owner_alive
 
     lab_dir = Path(args.dir).expanduser() if args.dir else default_demo_dir()
-    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup), say=_say)
+    # the DDTree build (sgl-project/sglang PR #29907): the operator's "z-lab DDTree, up to 16 draft
+    # tokens" can be deployed; it offers DFLASH and the others as 0.5.23 does
+    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup, sglang_version=args.sglang_version),
+              say=_say)
     if lab.state.hosts:
         owner = lab.state.owner_pid
         if owner_alive(owner) and owner != os.getpid():
@@ -78,7 +85,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
-    _say(f"demo: starting the lab in {lab.dir} (two SSH hosts, a torchrun job, SGLang under systemctl)")
+    _say(f"demo: starting the lab in {lab.dir} (two SSH hosts, a torchrun job, SGLang {lab.options.sglang_version} "
+         f"under systemctl)")
     try:
         lab.up(owner_pid=os.getpid())
         if args.no_console:

@@ -88,7 +88,8 @@ class LabState:
 
 @dataclass(frozen=True)
 class LabOptions:
-    """How the lab is started; the defaults are the demo's."""
+    """How the lab is started; the defaults are the demo's, but for its SGLang (``specconsole demo`` runs
+    the DDTree build, :data:`~specconsole.lab.sglang_versions.DDTREE_VERSION`)."""
 
     train_address: str = "127.0.0.2"
     serve_address: str = "127.0.0.3"

@@ -15,7 +15,8 @@ from specconsole.lab.lab_state import SERVE_GPUS, LabError, LabOptions, Say, wri
 from specconsole.lab.sglang_versions import BASE_VERSION, VERSION_ENV
 
 TARGET_MODEL = "Qwen3-8B"
-DRAFT_MODEL = "dflash-qwen3-8b-b16"
+#: z-lab's DFlash draft for Qwen3-8B, as a download of ``z-lab/Qwen3-8B-DFlash-b16`` names its folder.
+DRAFT_MODEL = "Qwen3-8B-DFlash-b16"
 #: An EAGLE-3 draft head and a small model of the same family (STANDALONE's draft), for the
 #: algorithms besides DFLASH that need a draft model of their own.
 EAGLE_DRAFT_MODEL = "eagle3-qwen3-8b"
@@ -49,11 +50,22 @@ def write_hub_cache(hf_home: Path) -> Path:
 
 
 def write_draft_model(path: Path, block_size: int = 16) -> Path:
-    """A DFlash draft model folder: its ``config.json`` (``block_size``, the DFlash settings)."""
+    """A DFlash draft model folder shaped like z-lab's published drafts (``z-lab/Qwen3-8B-DFlash-b16``):
+    its ``config.json`` only, with what SGLang's DFLASH reads from it (``parse_dflash_draft_config``):
+    ``architectures: ["DFlashDraftModel"]``, ``block_size`` at the top level, ``dflash_config`` with the
+    mask token id and the target layers the draft reads, ``num_target_layers``, and the Qwen3 layer shape."""
+    layers = 5
     write_file(path / "config.json", json.dumps({
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": block_size,
-        "num_hidden_layers": 5, "hidden_size": 4096, "target_layer_ids": [1, 9, 17, 25, 33],
-        "mask_token_id": 151669, "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+        "architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+        "model_type": "qwen3", "block_size": block_size,
+        "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+        "num_target_layers": 36, "num_hidden_layers": layers, "hidden_size": 4096, "intermediate_size": 12288,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
+        "layer_types": ["full_attention"] * layers, "max_position_embeddings": 40960, "max_window_layers": layers,
+        "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+        "use_sliding_window": False, "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
+        "bos_token_id": 151643, "eos_token_id": 151645, "vocab_size": 151936, "dtype": "bfloat16",
+        "use_cache": True,
     }, indent=2) + "\n")
     return path
 

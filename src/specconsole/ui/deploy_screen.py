@@ -46,6 +46,17 @@ FIELDS_FOR: dict[str, tuple[str, ...]] = {
     "NGRAM": ("draft_tokens",),
 }
 SPECIFIC = ("draft_window", "block_size", "tree_budget", *_EAGLE_KNOBS)
+#: The help line the form shows under its hint for an algorithm whose numbers need saying
+#: (DDTREE: what the block size and the tree budget count, so "up to 16 draft tokens" maps onto
+#: them; the rules are sgl-project/sglang PR #29907's: the budget counts the draft tree's nodes
+#: verified per step, >= 1, default block size - 1 (a chain, "spine mode"); a larger one branches).
+HELP_FOR: dict[str, str] = {
+    "DDTREE": "DDTREE · block size: the DFlash draft's block, the most tokens a step can accept (empty: the "
+              "draft's config.json). Tree budget: the most draft tokens a step verifies. 'Up to 16' → block "
+              "size 16, budget 16: a "
+              "chain holds block size - 1 = 15, so 16 branches into a tree (full-tree mode: the plan adds "
+              "triton attention); empty budget: block size - 1, one chain.",
+}
 #: Algorithms that take no draft model: NEXTN drafts with the target's own layers, NGRAM from the prompt.
 NO_DRAFT_MODEL = ("NEXTN", "NGRAM")
 
@@ -139,6 +150,7 @@ class DeployForm(ModalScreen[DeployPlan | None]):
             with VerticalScroll(id="deploy-fields"):
                 yield Static("Nothing changes until you confirm the plan. Enter: next field.",
                              classes="dialog-hint")
+                yield Static(escape(HELP_FOR.get(algo.upper(), "")), id="deploy-help", classes="dialog-hint")
                 for key, label, hint in self.FIELDS:
                     with Horizontal(classes="form-row", id=f"row-{key}"):
                         yield Label(label, classes="form-label")
@@ -198,6 +210,10 @@ class DeployForm(ModalScreen[DeployPlan | None]):
             self.query_one(f"#row-{key}").display = shown
             if not shown:
                 self.set_error(key, "")
+        text = HELP_FOR.get(self.value("algorithm").upper(), "")
+        help_line = self.query_one("#deploy-help", Static)
+        help_line.update(escape(text))
+        help_line.display = bool(text)
 
     def _status(self, text: str, *, error: bool = False) -> None:
         status = self.query_one("#deploy-status", Static)

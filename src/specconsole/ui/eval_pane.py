@@ -3,7 +3,8 @@
 A self-contained widget: ``EvalPane(store=ResultStore())``; the app reacts to its messages.
 
 * top: the stored runs, a row each (a :class:`SelectionList`, a few rows high, that scrolls; space
-  toggles a run, ``b`` makes the highlighted run the baseline, marked ★); the keys in the border.
+  toggles a run, ``b`` makes the highlighted run the baseline, marked ★, ``enter`` shows what the
+  highlighted run was measured on: :class:`~specconsole.ui.run_detail.RunDetail`); the keys in the border.
 * under them, one run selected: its per-task table (:func:`specconsole.eval.compare.overview`): task,
   acceptance length, tokens/s, latency, the average row; best/worst task by the chosen metric.
 * under them, two or more: the comparison (:func:`specconsole.eval.compare.compare`): a row per task,
@@ -17,7 +18,9 @@ A self-contained widget: ``EvalPane(store=ResultStore())``; the app reacts to it
 ``e`` posts :class:`EvalPane.RunRequested`; the app handles it (``on_eval_pane_run_requested``)
 by calling :meth:`EvalPane.start` with the run to make (an async callable receiving the step-event
 emitter and the per-task callback; it must save the run and return it). The pane shows its
-progress and posts :class:`EvalPane.RunFinished` or :class:`EvalPane.RunFailed`. ``m`` cycles the metric.
+progress and posts :class:`EvalPane.RunFinished` or :class:`EvalPane.RunFailed`; the new run is then
+shown beside the baseline of the runs selected before (:meth:`EvalPane.show_beside_baseline`). ``m``
+cycles the metric.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from specconsole.eval.compare import (
 )
 from specconsole.eval.store import METRICS, EvalRun, ResultStore, TaskResult
 from specconsole.ui.format import escape
+from specconsole.ui.run_detail import RunDetail
 
 Emit = Callable[[StepEvent], None]
 OnResult = Callable[[TaskResult, int, int], None]
@@ -61,6 +65,24 @@ VANILLA_ROW = "__vanilla__"
 LOG_LINES = 200
 #: How often the results folder is checked for runs saved or imported by another process.
 WATCH_S = 0.5
+
+
+class RunList(SelectionList[str]):
+    """The stored runs: ``space`` toggles one (SelectionList's own key), ``enter`` asks for its
+    deployment (OptionList's ``enter`` would toggle it too)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "details", "Details", tooltip="What the highlighted run was measured on"),
+    ]
+
+    class DetailsRequested(Message):
+        def __init__(self, run_id: str) -> None:
+            super().__init__()
+            self.run_id = run_id
+
+    def action_details(self) -> None:
+        if self.highlighted is not None and self.option_count:
+            self.post_message(self.DetailsRequested(str(self.get_option_at_index(self.highlighted).value)))
 
 
 class EvalPane(Vertical):
@@ -82,7 +104,7 @@ class EvalPane(Vertical):
     EvalPane.-empty #eval-title { text-wrap: wrap; }
     """
     #: The keys, in the border (the footer has them too, while the pane has the focus).
-    HINT = "[b]space[/] select · [b]b[/] baseline · [b]e[/] new run · [b]m[/] metric"
+    HINT = "[b]space[/] select · [b]⏎[/] details · [b]b[/] baseline · [b]e[/] new run · [b]m[/] metric"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_highlighted", "Select", tooltip="Select or unselect the highlighted run"),
@@ -126,7 +148,7 @@ class EvalPane(Vertical):
         self.border_title = "Eval"
         self.border_subtitle = self.HINT
         with Vertical(id="eval-body"):
-            yield SelectionList[str](id="eval-run-list")
+            yield RunList(id="eval-run-list")
             with Vertical(id="eval-main"):
                 yield Static("", id="eval-title")
                 # the average row comes first and stays pinned (fixed_rows, set once it exists: an
@@ -214,6 +236,18 @@ class EvalPane(Vertical):
                 return
             lst.highlighted = 0
         lst.toggle(lst.get_option_at_index(lst.highlighted).value)
+
+    def on_run_list_details_requested(self, event: RunList.DetailsRequested) -> None:
+        """enter on a run: its deployment, read-only (escape closes it)."""
+        event.stop()
+        self.show_details(event.run_id)
+
+    def show_details(self, run_id: str) -> bool:
+        run = next((r for r in self.runs if r.id == run_id), None)
+        if run is None:
+            return False
+        self.app.push_screen(RunDetail(run))
+        return True
 
     @property
     def selected(self) -> list[EvalRun]:
@@ -420,8 +454,16 @@ class EvalPane(Vertical):
             return
         finally:
             self.running = False
-        self.reload(select=[run.id])
+        self.show_beside_baseline(run.id)
         self.post_message(self.RunFinished(run))
+
+    def show_beside_baseline(self, run_id: str) -> None:
+        """A run just made, beside the baseline of what was selected (the comparison the operator
+        measured it for, which fits an 80-column table); the other runs stay listed, ``space`` adds them."""
+        self.reload(select=[run_id])
+        base = self._effective_baseline([r for r in self.selected if r.id != run_id])
+        keep = [run_id] if base is None else [base.id, run_id]
+        self.select_runs(keep)
 
 
 def _column_title(cmp: Comparison, i: int) -> str:

@@ -128,7 +128,8 @@ def _current_step(app: StatusView, name: str) -> int | None:
 
 
 def serving_state(app: StatusView, name: str) -> str:
-    """``serve: serving DFLASH, draft window 16, healthy`` from the monitor's latest sample."""
+    """``serve: serving DFLASH, draft window 16, healthy`` (DDTREE: ``serving DDTREE, block 16, tree budget
+    16, healthy``) from the monitor's latest sample."""
     status = app.statuses().get(name)
     sample = status.sglang if status is not None else None
     if status is not None and not status.reachable:
@@ -145,6 +146,10 @@ def serving_state(app: StatusView, name: str) -> str:
         return f"{name}: SGLang healthy (deployment not read yet)"
     algo = info.algorithm or "no speculation"
     window = f", draft window {info.draft_window}" if info.draft_window is not None else ""
+    if info.algorithm == "DDTREE":  # the tree: its block (draft tokens) and budget
+        window += "".join(f", {what} {value}" for what, value in (("block", info.block_size),
+                                                                  ("tree budget", info.tree_budget))
+                          if value is not None)
     return f"{name}: serving {algo}{window}, healthy"
 
 
