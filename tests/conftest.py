@@ -22,10 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from specconsole.lab.environment import Lab, LabOptions
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+# the same examples on every run: a property test that finds a case finds it every time (and the
+# case then becomes an @example)
+settings.register_profile("specconsole", derandomize=True)
+settings.load_profile("specconsole")
 
 def pytest_configure(config: pytest.Config) -> None:
     """pytest-xdist's workers run with ``COLUMNS=80 LINES=24``: a console the tests start in tmux

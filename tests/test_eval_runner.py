@@ -223,7 +223,8 @@ async def test_failed_tasks_are_recorded_and_the_rest_complete(dflash: SimServer
     store = ResultStore(tmp_path)
     small = suite.select(["fizzbuzz", "json_parser", "lru_cache", "graph_bfs", "merge_sort"])
     with FaultyProxy(dflash.url, fail_500="LRU cache", bad_json="JSON parser", stall="breadth-first") as proxy:
-        run, events = await _run(proxy.url, small, store, concurrency=3, timeout_s=0.5)
+        # 2 s: the stalled task's deadline, far above a loaded machine's answer time for the others
+        run, events = await _run(proxy.url, small, store, concurrency=3, timeout_s=2.0)
         assert proxy.max_in_flight <= 3
     by = {t.task: t for t in run.tasks}
     assert [t.task for t in run.tasks] == list(small.task_names)
@@ -231,7 +232,7 @@ async def test_failed_tasks_are_recorded_and_the_rest_complete(dflash: SimServer
     assert by["lru_cache"].error == (f"{proxy.url}/generate answered 500 Internal Server Error: "
                                      "CUDA error: an illegal memory access")
     assert not by["json_parser"].ok and "malformed JSON" in (by["json_parser"].error or "")
-    assert not by["graph_bfs"].ok and "did not answer within 0.5 s" in (by["graph_bfs"].error or "")
+    assert not by["graph_bfs"].ok and "did not answer within 2 s" in (by["graph_bfs"].error or "")
     for name in ("fizzbuzz", "merge_sort"):
         assert by[name].ok and by[name].acceptance_length is not None and by[name].acceptance_length > 1
     for t in run.failed_tasks:

@@ -187,7 +187,7 @@ class Lab:
             self.start_trainer()
         if o.sglang:  # its first start waits for the judge, as a real SGLang's start waits for its imports
             self._systemctl("daemon-reload")
-            self._systemctl("start", "sglang.service")
+            self._systemctl("start", "sglang.service", timeout=120)  # a cold judge on a loaded machine
         self.write_config()
         self.state.save()
         self.say(f"lab up in {time.monotonic() - t0:.1f}s; config: {self.config_path}")

@@ -174,7 +174,20 @@ def markup_content(markup: str) -> Content:
         if start >= stop:  # Textual drops an empty span; parse such a line as it is
             return Content.from_markup(markup)
         spans.append(Span(start, stop, style))  # type: ignore[arg-type]
+    if _ties(layout, ends):  # spans the probe kept apart start or end together: Textual orders those itself
+        return Content.from_markup(markup)
     return Content("".join(runs), spans)
+
+
+def _ties(layout: tuple[tuple[int, int, object], ...], ends: list[int]) -> bool:
+    """Whether two spans that start (or end) at different runs in the probe share a position here
+    (an empty run between their tags)."""
+    for runs in ([first for first, _end, _style in layout], [end for _first, end, _style in layout]):
+        at: dict[int, int] = {}
+        for run in runs:
+            if at.setdefault(ends[run], run) != run:
+                return True
+    return False
 
 
 def _learn(tags: tuple[str, ...]) -> tuple[tuple[int, int, object], ...] | None:
