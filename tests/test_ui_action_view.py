@@ -365,3 +365,7 @@ def test_steps_that_do_not_fit_are_named_on_one_line_and_the_latest_stays_in_vie
     assert len(lines) == 4
     assert "4 earlier: read the unit, SGLang flags, draft model, constraints" in lines[0]
     assert "lock" in lines[1] and "verify" in lines[-1]
+    # a narrow view leaves out the earliest names (on screen before), never the latest hidden one
+    narrow = track.step_lines(10.0, 4, width=40)[0]
+    assert "4 earlier: …, draft model, constraints" in narrow and "read the unit" not in narrow
+    assert len(narrow.split("earlier: ", 1)[1].removesuffix("[/]")) <= 40 - len("✓ 4 earlier: ")

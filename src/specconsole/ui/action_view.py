@@ -132,11 +132,13 @@ class ActionTrack:
         took = self.final.at - self.started_at
         return f"done in {took:.1f}s" if self.ok else f"FAILED after {took:.1f}s"
 
-    def step_lines(self, now: float, limit: int | None = None) -> list[str]:
+    def step_lines(self, now: float, limit: int | None = None, width: int | None = None) -> list[str]:
         """One markup line per step: mark, name, elapsed, ``$ command → outcome``. With ``limit``
         and more steps than that, the earliest ones are named on one line instead (``✓ 6 earlier:
         read the unit, SGLang flags, …``), so that the latest step is always in view and every
-        step's name is on screen at some point, however fast it was."""
+        step's name is on screen at some point, however fast it was: a line longer than ``width``
+        leaves out the earliest names (``✓ 9 earlier: …, draft model, constraints``), which were on
+        screen before the latest ones."""
         out = self._lines(now)
         if limit is None or len(out) <= limit:
             return out
@@ -144,8 +146,12 @@ class ActionTrack:
         hidden = [r for r in self.rows[:cut] if not r.wait]  # the operator's waits are no steps
         failed = any(r.state == "failed" for r in hidden)
         mark = f"[b $error]{MARKS['failed']}[/]" if failed else f"[b $success]{MARKS['ok']}[/]"
-        names = escape(", ".join(r.name for r in hidden))
-        return [f"{mark} [$text-muted]{len(hidden)} earlier: {names}[/]", *out[cut:]]
+        head, names = f"{len(hidden)} earlier: ", [r.name for r in hidden]
+        while width is not None and len(names) > 1 and 2 + len(head) + len(", ".join(["…", *names])) > width:
+            names = names[1:]
+        if len(names) < len(hidden):
+            names = ["…", *names]
+        return [f"{mark} [$text-muted]{escape(head + ', '.join(names))}[/]", *out[cut:]]
 
     def _lines(self, now: float) -> list[str]:
         out = []
@@ -237,7 +243,9 @@ class ActionPanel(Vertical):
         wanted = len(track.rows) + max(1, latest_rows) + 3
         height = max(6, min(16 if tall else 12, wanted))
         rows = height - 2 - latest_rows - (1 if state else 0)  # inside the border, above the last lines
-        self.query_one("#action-steps", Static).update("\n".join(track.step_lines(now, rows)) or "starting…")
+        steps = self.query_one("#action-steps", Static)
+        lines = track.step_lines(now, rows, width=steps.size.width or None)
+        steps.update("\n".join(lines) or "starting…")
         mark = "✓ " if track.ok else ("✗ " if track.finished else "… ")
         self.query_one("#action-latest", Static).update(f"[$text-muted]{escape(mark + latest)}[/]" if latest else "")
         self.query_one("#action-state", Static).update(f"[b]▸ {escape(state)}[/]" if state else "")
