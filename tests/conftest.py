@@ -14,6 +14,7 @@ fixture (a lab fixture asks for it on its tests' behalf), which marks it ``lab``
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import time
@@ -33,11 +34,10 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 settings.register_profile("specconsole", derandomize=True)
 settings.load_profile("specconsole")
 
+
 def pytest_configure(config: pytest.Config) -> None:
     """pytest-xdist's workers run with ``COLUMNS=80 LINES=24``: a console the tests start in tmux
     would take them for its size (Textual reads them before the terminal's), so they go."""
-    import os
-
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for name in ("COLUMNS", "LINES"):
             os.environ.pop(name, None)
@@ -67,7 +67,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if part == "all":
         return
     keep = [i for i in items if (i.get_closest_marker("serial") is not None) == (part == "only")]
-    config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+    kept = set(map(id, keep))
+    config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
     items[:] = keep
 
 
@@ -133,7 +134,6 @@ def shared_sglang_judge() -> str:
         return str(_JUDGE["socket"])
     import atexit
     import fcntl
-    import os
     import subprocess
     import tempfile
 
