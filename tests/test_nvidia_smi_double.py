@@ -263,9 +263,13 @@ def test_workload_tracks_real_processes(tmp_path):
                               env={**os.environ, "LOCAL_RANK": "1"})
     launcher = subprocess.Popen([sys.executable, "-c", code, marker])  # no LOCAL_RANK: ignored
     try:
-        assert wait_for(lambda: smi(path, APPS_Q, "--format=csv,noheader,nounits").stdout != "", 10,
-                        what="the worker in the process list")
-        apps = smi(path, APPS_Q, "--format=csv,noheader,nounits").stdout.splitlines()
+        apps: list[str] = []
+
+        def listed() -> bool:  # the worker, once it has started (exec'd with its marker)
+            apps[:] = smi(path, APPS_Q, "--format=csv,noheader,nounits").stdout.splitlines()
+            return bool(apps)
+
+        assert wait_for(listed, 10, what="the worker in the process list")
         assert len(apps) == 1
         pid, name, mem, gpu = apps[0].split(", ")
         assert (int(pid), mem, gpu) == (worker.pid, "61000", U1)
