@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, SelectionList, Static
 
+import sample_data as sd
 from conftest import shared_sglang_judge, wait_for
 from specconsole.eval.cli import start_eval
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
@@ -36,6 +37,17 @@ def _run(run_id: str, label: str, when: str, values: dict[str, float], algo: str
     return EvalRun(id=run_id, label=label, created_at=when, deployment=Deployment(algo),
                    tasks=tuple(TaskResult(t, acceptance_length=v, tokens_per_s=(tps or {}).get(t))
                                for t, v in values.items()))
+
+
+def console_with_sample_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The console on sample data (test_ui_sample's) with the sample eval runs stored for it."""
+    from test_ui_sample import sample_app
+
+    store = ResultStore(tmp_path / "results")
+    for run in sd.sample_runs():
+        store.save(run)
+    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(store.root))
+    return sample_app(tmp_path)
 
 
 class PaneApp(App[None]):
@@ -187,16 +199,7 @@ async def test_one_run_shows_its_tasks_at_once_and_a_baseline_adds_the_ratio(sto
 async def test_the_average_stays_on_screen_while_the_tasks_scroll_at_80x24(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """In the console at 80x24: scrolling the comparison to its last task keeps the average row on screen."""
-    import sample_data as sd
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
-
-    store = ResultStore(tmp_path / "results")
-    for run in sd.sample_runs():
-        store.save(run)
-    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(store.root))
-    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(sd.FROZEN_NOW),
-                     clock=lambda: sd.FROZEN_NOW, themes=load_themes([BUNDLED_DIR]))
+    app = console_with_sample_runs(tmp_path, monkeypatch)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         pane = app.query_one(EvalPane)
@@ -314,16 +317,7 @@ async def test_comparison_readable_in_the_console_without_a_mouse(tmp_path: Path
                                                                   size: tuple[int, int]) -> None:
     """In the console's own layout: whole task names, the ratio % column on screen (no sideways
     scrolling), the task column fixed when the table does scroll sideways."""
-    import sample_data as sd
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
-
-    store = ResultStore(tmp_path / "results")
-    for run in sd.sample_runs():
-        store.save(run)
-    monkeypatch.setenv("SPECCONSOLE_EVAL_RESULTS", str(store.root))
-    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(sd.FROZEN_NOW),
-                     clock=lambda: sd.FROZEN_NOW, themes=load_themes([BUNDLED_DIR]))
+    app = console_with_sample_runs(tmp_path, monkeypatch)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         pane = app.query_one(EvalPane)

@@ -5,24 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.widgets import SelectionList, Static
 
 import sample_data as sd
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
 from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.run_detail import NOT_RECORDED, RunDetail, deployment_rows
+from test_eval_pane import PaneApp  # the pane alone, in an app of its own
 
 pytestmark = pytest.mark.timeout(60)
 
-
-class PaneApp(App[None]):
-    def __init__(self, pane: EvalPane) -> None:
-        super().__init__()
-        self.pane = pane
-
-    def compose(self) -> ComposeResult:
-        yield self.pane
 
 
 def _ddtree_run() -> EvalRun:

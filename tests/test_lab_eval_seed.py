@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Static
 
 from specconsole.eval.store import ResultStore
@@ -16,6 +15,7 @@ from specconsole.eval.suite import load_suite
 from specconsole.eval.zlab_import import is_benchmark_file, parse_blocks
 from specconsole.lab.eval_seed import OURS_LABEL, ZLAB_FILE, ZLAB_LABEL, seed
 from specconsole.ui.eval_pane import AVERAGE_ROW, EvalPane
+from test_eval_pane import PaneApp  # the pane alone, in an app of its own
 
 
 def test_the_seed_is_a_zlab_benchmark_file_imported_and_our_run_beside_it(tmp_path: Path) -> None:
@@ -38,14 +38,6 @@ def test_the_seed_is_a_zlab_benchmark_file_imported_and_our_run_beside_it(tmp_pa
     seed(results, now=1_796_100_000)
     assert sorted(r.label for r in ResultStore(results).runs()) == sorted([ZLAB_LABEL, OURS_LABEL])
 
-
-class PaneApp(App[None]):
-    def __init__(self, pane: EvalPane) -> None:
-        super().__init__()
-        self.pane = pane
-
-    def compose(self) -> ComposeResult:
-        yield self.pane
 
 
 async def test_the_pane_opens_on_the_comparison_with_its_ratio(tmp_path: Path) -> None:
