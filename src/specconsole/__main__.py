@@ -1,3 +1,3 @@
-from specconsole.cli import main
+from specconsole.launch import main
 
 raise SystemExit(main())

@@ -57,6 +57,11 @@ async def _status(args: argparse.Namespace) -> int:
 
     config = load_config(resolve_config_path(args.config))
     fleet = Fleet(config)
+    recorder = None
+    if args.record:
+        from specconsole.recorder.recorder import start_recording
+
+        recorder = start_recording(config, fleet, args.record, on_error=lambda m: _stderr(f"specconsole: {m}"))
     loop = asyncio.get_running_loop()
     body = asyncio.ensure_future(_status_snapshots(fleet, args))
     guard = ExitGuard(note=lambda m: _stderr(f"specconsole: {m}"))
@@ -70,6 +75,8 @@ async def _status(args: argparse.Namespace) -> int:
         return 128 + guard.signal
     finally:
         await fleet.stop()
+        if recorder is not None:
+            recorder.stop()
         guard.finished()
 
 
@@ -251,6 +258,43 @@ def _console(args: argparse.Namespace) -> int:
                        leave_process=True)
 
 
+def _replay(args: argparse.Namespace) -> int:
+    """``replay FILE``: the console on a recording; ``--at T --json`` / ``--diff T1 T2``: JSON."""
+    import json
+
+    from specconsole.recorder.recording import Recording, diff, parse_time
+    from specconsole.report import status_json
+
+    try:
+        recording = Recording(args.file)
+    except FileNotFoundError as err:
+        raise SpecConsoleError(str(err)) from None
+    if recording.problem:
+        _stderr(f"specconsole: {recording.problem}")
+    if recording.empty:
+        raise SpecConsoleError(f"{args.file}: nothing recorded (no whole keyframe)")
+    try:
+        if args.at is not None:
+            at = parse_time(args.at, recording)
+            state = recording.state_at(at)
+            _say_json(json.dumps(status_json(state.statuses(), at), indent=2))
+            return 0
+        if args.diff is not None:
+            t1, t2 = (parse_time(t, recording) for t in args.diff)
+            _say_json(json.dumps(diff(recording, t1, t2, args.threshold), indent=2))
+            return 0
+        start = parse_time(args.start, recording) if args.start else recording.start
+    except ValueError as err:
+        raise SpecConsoleError(f"replay: {err}") from None
+    from specconsole.ui.replay import run_replay
+
+    return run_replay(recording, start=start, speed=args.speed, theme=args.theme)
+
+
+def _say_json(text: str) -> None:
+    print(text, flush=True)
+
+
 def _eval(args: argparse.Namespace) -> int:
     from specconsole.config import load_config
     from specconsole.eval.cli import eval_needs_config, run_eval_command
@@ -270,6 +314,9 @@ SpecInt = Annotated[int, num(ge=1, le=SPEC_INT_MAX, why="SGLang takes a positive
 #: at most a day: a server that takes longer to load is not coming up
 HealthTimeout = Annotated[float, num(gt=0, le=86400, why="seconds the restarted server has to answer /health "
                                      "before the rollback", example=600)]
+ReplaySpeed = Annotated[float, num(ge=0.25, le=16, why="the timeline plays from a quarter to 16 times real time",
+                                   example=4)]
+DiffThreshold = Annotated[float, num(ge=0, why="a relative change (0.1: 10 %)", example=0.1)]
 StatusInterval = Annotated[float, num(gt=0, why="it is the time between two snapshots", example=1)]
 StatusTimeout = Annotated[float, num(ge=0, why="seconds to wait for the first snapshot; 0: print at once",
                                      example=15)]
@@ -294,6 +341,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds between --watch snapshots")
     st.add_argument("--timeout", type=option_type(StatusTimeout, "--timeout"), default=15.0,
                     help="seconds to wait for the first complete snapshot (default 15)")
+    st.add_argument("--record", metavar="FILE", help="record every sample, state change and event into FILE "
+                    "(replay it with `specconsole replay FILE`)")
+    st.add_argument("--tmux", action="store_true", help="print one short line for tmux's status-right from the "
+                    "recorder's state file (no SSH, milliseconds)")
+    st.add_argument("--state", metavar="FILE", help="--tmux: the recorder's state file (default: recorder.state_file)")
+
+    rp = sub.add_parser("replay", help="open the console on a recording, read-only (or print the fleet at a time, "
+                                       "or what changed between two)")
+    rp.add_argument("file", metavar="FILE", help="a recording: a file (status --record) or the console's folder "
+                    "(recorder.path)")
+    rp.add_argument("--from", dest="start", metavar="T", help="start at T: +SECONDS[s|m|h] from the start, "
+                    "HH:MM[:SS], an ISO date-time or epoch seconds")
+    rp.add_argument("--speed", type=option_type(ReplaySpeed, "--speed"), default=1.0,
+                    help="playback speed, 0.25 to 16 (default 1)")
+    rp.add_argument("--at", metavar="T", help="print the fleet's state at T (as status --json) and exit")
+    rp.add_argument("--json", action="store_true", help="with --at: JSON (the only output --at has)")
+    rp.add_argument("--diff", nargs=2, metavar=("T1", "T2"), help="print what changed from T1 to T2 as JSON")
+    rp.add_argument("--threshold", type=option_type(DiffThreshold, "--threshold"), default=0.1,
+                    help="--diff: a figure counts as changed past this relative change (default 0.1)")
 
     kt = sub.add_parser("kill-training", help="stop the training job: SIGTERM, wait, SIGKILL, verify GPUs released")
     kt.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
@@ -364,8 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "config"):
         args.config = None
     try:
+        if args.command == "status" and args.tmux:
+            from specconsole.recorder.tmux import status_tmux
+
+            code, line = status_tmux(args.state)
+            print(line)
+            return code
         if args.command == "status":
             return asyncio.run(_status(args))
+        if args.command == "replay":
+            return _replay(args)
         if args.command in ("lab", "demo"):
             from specconsole.lab.commands import run_lab_command
 

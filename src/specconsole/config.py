@@ -172,6 +172,25 @@ class ConsoleSettings:
     fleet_threshold: Annotated[int, num(ge=0, why="it is a host count (0: always the fleet view)")] = 8
 
 
+def _recordings() -> str:
+    return str(paths.state_dir() / "recordings")
+
+
+def _tmux_state() -> str:
+    return str(paths.state_dir() / "tmux-status.json")
+
+
+@dataclass(frozen=True)
+class RecorderSettings:
+    """The console's flight recorder (``specconsole replay``): hourly segment files in ``path``,
+    the ones older than ``retention_h`` deleted; ``state_file``: what ``status --tmux`` reads."""
+
+    enabled: bool = True
+    path: Text = field(default_factory=_recordings)
+    retention_h: Annotated[float, _positive("0 would delete every recording as it is written", 48)] = 48.0
+    state_file: Text = field(default_factory=_tmux_state)
+
+
 LabelName = Annotated[str, text(r"^[A-Za-z_][A-Za-z0-9_]*$", "not a Prometheus label name",
                                    'use letters, digits and _, e.g. host_label = "Hostname"')]
 
@@ -210,6 +229,7 @@ class ConfigFile:
     keys: dict[str, Text] = field(default_factory=dict)
     hosts: tuple[HostConfig, ...] = ()
     prometheus: PrometheusConfig | None = None
+    recorder: RecorderSettings = field(default_factory=RecorderSettings)
 
 
 @dataclass(frozen=True)
@@ -219,6 +239,7 @@ class Config:
     console: ConsoleSettings = field(default_factory=ConsoleSettings)
     keys: dict[str, str] = field(default_factory=dict)
     prometheus: PrometheusConfig | None = None
+    recorder: RecorderSettings = field(default_factory=RecorderSettings)
 
     def host(self, name: str) -> HostConfig:
         for h in self.hosts:
@@ -293,7 +314,7 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             raise r.fail(f"hosts[{i}].name", f"duplicate host name {h.name!r}", "give every host a unique name")
         seen.add(h.name)
     return Config(path=path, hosts=tuple(hosts), console=file.console, keys=dict(file.keys),
-                  prometheus=file.prometheus)
+                  prometheus=file.prometheus, recorder=file.recorder)
 
 
 def _check_shown(r: _Reader, prefix: str, host: HostConfig) -> None:

@@ -53,6 +53,13 @@ class EventLog:
             callback(event)
         return event
 
+    def replay(self, event: Event) -> None:
+        """Show a recorded event as it was (its own time and data) without auditing it: a replay's
+        events happened once already."""
+        self.recent.append(event)
+        for callback in list(self._subscribers):
+            callback(event)
+
     def record(self, message: str, source: str = "console", level: Level = "info") -> Event:
         """Keep and audit an event without notifying subscribers: safe from any thread even when
         the UI's loop is stuck (used on the way out)."""

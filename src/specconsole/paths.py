@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from importlib.resources import as_file, files
 from pathlib import Path
 
 import platformdirs
@@ -23,6 +22,8 @@ atexit.register(_extracted.close)
 
 def data_path(*parts: str) -> Path:
     """A file or folder shipped in ``specconsole/data/``, as a real path."""
+    from importlib.resources import as_file, files  # here: ``status --tmux`` reads paths in milliseconds
+
     res = files("specconsole").joinpath("data", *parts)
     if isinstance(res, Path):
         return res

@@ -26,6 +26,7 @@ from specconsole.recorder.store import SEGMENT_GLOB, BlockWriter
 from specconsole.recorder.tmux import summary
 
 if TYPE_CHECKING:
+    from specconsole.config import Config
     from specconsole.monitor import Fleet
 
 #: the most records one flush may lose (a kill -9 between two flushes)
@@ -194,3 +195,22 @@ class Recorder:
         tmp = self.state_file.with_name(f".{self.state_file.name}.{os.getpid()}")
         tmp.write_text(json.dumps({"at": now, "recording": str(self.path), **facts}))
         os.replace(tmp, self.state_file)
+
+
+def start_recording(config: Config, fleet: Fleet, path: str | None = None,
+                    on_error: Callable[[str], None] | None = None) -> Recorder:
+    """Record ``fleet``: into ``path`` (one file: ``status --watch --record FILE``), else into the
+    config's ``recorder.path`` folder with its retention (the console). The config file's text
+    goes into the recording, so a replay lays the console out as it was."""
+    text = None
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = Path(config.path).expanduser().read_text(encoding="utf-8")
+    settings = config.recorder
+    if path is not None:
+        recorder = Recorder(path, state_file=settings.state_file, config_text=text)
+    else:
+        recorder = Recorder(settings.path, folder=True, retention_h=settings.retention_h,
+                            state_file=settings.state_file, config_text=text)
+    recorder.attach(fleet)
+    recorder.start(on_error)
+    return recorder

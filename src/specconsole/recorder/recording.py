@@ -19,7 +19,7 @@ from typing import Any
 from specconsole.events import Event
 from specconsole.monitor import HostStatus
 from specconsole.recorder.records import FleetState, Record, step_fields, to_event
-from specconsole.recorder.store import BlockInfo, BlockReader, Damaged, keyframe_before, scan
+from specconsole.recorder.store import BlockReader, Damaged, keyframe_before, scan
 
 
 class Recording:

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rich.console import Console
 from textual.app import App, ComposeResult
@@ -66,9 +66,12 @@ from specconsole.ui.palette import ActionsProvider
 from specconsole.ui.pane_base import PerHostPane, View
 from specconsole.ui.panes import EventList, EventsPane, SummaryBar, per_host_panes
 from specconsole.ui.provider import StatusProvider
-from specconsole.ui.registry import BY_ID, REGISTRY, KeyPlan, keymap, plan_keys, registry_bindings
+from specconsole.ui.registry import BY_ID, REGISTRY, ActionSpec, KeyPlan, keymap, plan_keys, registry_bindings
 from specconsole.ui.screens import HelpScreen
 from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
+
+if TYPE_CHECKING:
+    from specconsole.recorder.recorder import Recorder
 
 #: How soon after a connection change (or a host's first data) the panes are redrawn.
 COALESCE_S = 0.05
@@ -85,6 +88,9 @@ class ConsoleApp(App[int]):
     # textual types these ``ClassVar[...] | None``, which checkers read as instance attributes
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-medium"), (200, "-wide")]  # noqa: RUF012
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
+    #: the actions this app binds (a replay adds its timeline's); ``OFFLINE``: none may touch a host
+    KEY_REGISTRY: ClassVar[tuple[ActionSpec, ...]] = REGISTRY
+    OFFLINE: ClassVar[bool] = False
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close_action_view", "Close action view", show=False),
         *registry_bindings(),  # default keys; [keys] remaps them by id through Textual's keymap
@@ -104,7 +110,7 @@ class ConsoleApp(App[int]):
             fleet = Fleet(config, events=EventLog(config.console.audit_log))
         self.fleet: StatusProvider = fleet
         self.events: EventLog = fleet.events
-        self.key_plan: KeyPlan = plan_keys(config.keys, self._read_only)
+        self.key_plan: KeyPlan = plan_keys(config.keys, self._read_only, self.KEY_REGISTRY, offline=self.OFFLINE)
         self.history = History()
         self.console_state = ConsoleState(config.console.state_dir)
         self.start_fleet = start_fleet
@@ -450,6 +456,7 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
         return 2
     app = ConsoleApp(config, read_only=read_only, theme=theme, themes=themes, handle_signals=True,
                      no_audit=no_audit)
+    recorder = _start_recorder(app)
     guard = app.exit_guard
     assert guard is not None
     guard.cleanup = cleanup
@@ -459,6 +466,8 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     finally:
         guard.disarm()
         guard.uninstall()
+        if recorder is not None:
+            recorder.stop()
         kill_children(guard.spare)  # local streams whose stop was cut short (not the demo's lab)
     code = int(app.return_code) if app.return_code not in (None, 0) else (
         int(result) if isinstance(result, int) else 0)
@@ -468,6 +477,26 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
                 stream.flush()
         os._exit(code)
     return code
+
+
+def _start_recorder(app: ConsoleApp) -> Recorder | None:
+    """The flight recorder (``[recorder]``, on by default): every sample, state change, event and
+    action step into ``recorder.path``, written by its own thread (``specconsole replay``)."""
+    from specconsole.monitor import Fleet
+    from specconsole.recorder.recorder import start_recording
+
+    settings = app.config.recorder
+    if not settings.enabled or not isinstance(app.fleet, Fleet):
+        return None
+    events = app.events
+
+    def problem(line: str) -> None:
+        events.emit(line, level="warning")
+
+    recorder = start_recording(app.config, app.fleet, on_error=problem)
+    events.emit(f"recording to {settings.path} (kept {settings.retention_h:g} h; specconsole replay "
+                f"{settings.path})")
+    return recorder
 
 
 __all__ = ["REGISTRY", "ConsoleApp", "run_console"]

@@ -86,6 +86,8 @@ class ActionSpec:
     flow: Flow | None = None
     #: the action name the flow's step events carry, when not the id
     steps_as: str = ""
+    #: it reaches a host without being destructive (the eval's requests): a replay removes it too
+    touches_hosts: bool = False
 
     @property
     def step_action(self) -> str:
@@ -106,7 +108,7 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("fleet_filter", "slash", "Filter", "Fleet view: show only the hosts whose line has every word "
                "typed (esc clears)", available=_fleet_shown, show=False),
     ActionSpec("eval_run", "e", "Eval", "Run the coding-task eval against the current deployment (eval pane)",
-               available=_has_serve_host),
+               available=_has_serve_host, touches_hosts=True),
     ActionSpec("kill_training", "k", "Kill training",
                "Stop the training job (torchrun and all workers) after confirmation",
                destructive=True, available=_has_train_host,
@@ -125,6 +127,21 @@ REGISTRY: tuple[ActionSpec, ...] = (
 )
 
 BY_ID: dict[str, ActionSpec] = {spec.id: spec for spec in REGISTRY}
+
+#: ``specconsole replay``'s timeline keys (bound only in a replay, beside the registry's own)
+REPLAY_REGISTRY: tuple[ActionSpec, ...] = (
+    ActionSpec("replay_pause", "space", "Pause", "Replay: pause or play the recording"),
+    ActionSpec("replay_step", "full_stop", "Step", "Replay: pause and step one second forward", show=False),
+    ActionSpec("replay_back", "left_square_bracket", "-1m", "Replay: seek one minute back"),
+    ActionSpec("replay_forward", "right_square_bracket", "+1m", "Replay: seek one minute forward"),
+    ActionSpec("replay_back_far", "left_curly_bracket", "-10m", "Replay: seek ten minutes back", show=False),
+    ActionSpec("replay_forward_far", "right_curly_bracket", "+10m", "Replay: seek ten minutes forward",
+               show=False),
+    ActionSpec("replay_next_event", "n", "Next event", "Replay: jump to the next recorded event (alerts, "
+               "action steps, connections)"),
+    ActionSpec("replay_faster", "plus", "Faster", "Replay: double the speed (up to 16x)", show=False),
+    ActionSpec("replay_slower", "minus", "Slower", "Replay: halve the speed (down to 0.25x)", show=False),
+)
 
 _MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
 _KEY_NAME = re.compile(r"^[a-z0-9_]+$")
@@ -202,8 +219,9 @@ class KeyPlan:
 
 
 def plan_keys(remap: Mapping[str, str], read_only: bool,
-              registry: Iterable[ActionSpec] = REGISTRY) -> KeyPlan:
-    """Apply ``[keys]`` to the registry's default keys and drop destructive actions when read-only.
+              registry: Iterable[ActionSpec] = REGISTRY, *, offline: bool = False) -> KeyPlan:
+    """Apply ``[keys]`` to the registry's default keys and drop destructive actions when read-only
+    (``offline``, a replay's: also every action that touches a host).
 
     A remapped key wins over another action's default key (that action is left without a key
     and a warning says so); two remaps to the same key keep the first and warn.
@@ -225,7 +243,7 @@ def plan_keys(remap: Mapping[str, str], read_only: bool,
         wanted[action_id] = key
     live = []
     for spec in specs:
-        if read_only and spec.destructive:
+        if (read_only and spec.destructive) or (offline and (spec.destructive or spec.touches_hosts)):
             plan.removed.append(spec)
             if spec.id in wanted:
                 plan.warnings.append(f"keys.{spec.id}: ignored, read-only mode removes this action")
