@@ -269,19 +269,19 @@ def _replay(args: argparse.Namespace) -> int:
         recording = Recording(args.file)
     except FileNotFoundError as err:
         raise SpecConsoleError(str(err)) from None
-    if recording.problem:
-        _stderr(f"specconsole: {recording.problem}")
     if recording.empty:
         raise SpecConsoleError(f"{args.file}: nothing recorded (no whole keyframe)")
     try:
-        if args.at is not None:
-            at = parse_time(args.at, recording)
-            state = recording.state_at(at)
-            _say_json(json.dumps(status_json(state.statuses(), at), indent=2))
-            return 0
-        if args.diff is not None:
-            t1, t2 = (parse_time(t, recording) for t in args.diff)
-            _say_json(json.dumps(diff(recording, t1, t2, args.threshold), indent=2))
+        if args.at is not None or args.diff is not None:
+            if args.at is not None:
+                at = parse_time(args.at, recording)
+                out = status_json(recording.state_at(at).statuses(), at)
+            else:
+                t1, t2 = (parse_time(t, recording) for t in args.diff)
+                out = diff(recording, t1, t2, args.threshold)
+            print(json.dumps(out, indent=2), flush=True)
+            if recording.problem:  # the damage met on the way: the state is the one before it
+                _stderr(f"specconsole: {recording.problem}")
             return 0
         start = parse_time(args.start, recording) if args.start else recording.start
     except ValueError as err:
@@ -289,10 +289,6 @@ def _replay(args: argparse.Namespace) -> int:
     from specconsole.ui.replay import run_replay
 
     return run_replay(recording, start=start, speed=args.speed, theme=args.theme)
-
-
-def _say_json(text: str) -> None:
-    print(text, flush=True)
 
 
 def _eval(args: argparse.Namespace) -> int:

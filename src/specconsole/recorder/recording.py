@@ -53,8 +53,11 @@ class Recording:
 
     def cursor(self, t: float) -> Cursor:
         """A cursor holding the fleet at ``t`` (records up to and including ``t`` applied)."""
+        count = len(self.blocks)
         cursor = Cursor(self, keyframe_before(self.blocks, t))
         cursor.advance(t)
+        if len(self.blocks) < count:  # a damaged block ended the recording: again, from a keyframe before it
+            return self.cursor(t)
         cursor.new_events.clear()
         return cursor
 
