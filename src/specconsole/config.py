@@ -172,23 +172,21 @@ class ConsoleSettings:
     fleet_threshold: Annotated[int, num(ge=0, why="it is a host count (0: always the fleet view)")] = 8
 
 
-def _recordings() -> str:
-    return str(paths.state_dir() / "recordings")
-
-
-def _tmux_state() -> str:
-    return str(paths.state_dir() / "tmux-status.json")
-
-
 @dataclass(frozen=True)
 class RecorderSettings:
-    """The console's flight recorder (``specconsole replay``): hourly segment files in ``path``,
-    the ones older than ``retention_h`` deleted; ``state_file``: what ``status --tmux`` reads."""
+    """The console's flight recorder (``specconsole replay``): hourly segment files in ``path``
+    (default ``<console.state_dir>/recordings``), the ones older than ``retention_h`` deleted;
+    ``state_file`` (default ``<console.state_dir>/tmux-status.json``): what ``status --tmux`` reads."""
 
     enabled: bool = True
-    path: Text = field(default_factory=_recordings)
+    path: Text | None = None
     retention_h: Annotated[float, _positive("0 would delete every recording as it is written", 48)] = 48.0
-    state_file: Text = field(default_factory=_tmux_state)
+    state_file: Text | None = None
+
+    def resolved(self, state_dir: str) -> RecorderSettings:
+        """``path`` and ``state_file`` filled in from the console's state folder."""
+        return replace(self, path=self.path or str(Path(state_dir).expanduser() / "recordings"),
+                       state_file=self.state_file or str(Path(state_dir).expanduser() / "tmux-status.json"))
 
 
 LabelName = Annotated[str, text(r"^[A-Za-z_][A-Za-z0-9_]*$", "not a Prometheus label name",
@@ -314,7 +312,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
             raise r.fail(f"hosts[{i}].name", f"duplicate host name {h.name!r}", "give every host a unique name")
         seen.add(h.name)
     return Config(path=path, hosts=tuple(hosts), console=file.console, keys=dict(file.keys),
-                  prometheus=file.prometheus, recorder=file.recorder)
+                  prometheus=file.prometheus,
+                  recorder=file.recorder.resolved(file.console.state_dir))
 
 
 def _check_shown(r: _Reader, prefix: str, host: HostConfig) -> None:

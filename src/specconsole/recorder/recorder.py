@@ -205,7 +205,8 @@ def start_recording(config: Config, fleet: Fleet, path: str | None = None,
     text = None
     with contextlib.suppress(OSError, UnicodeDecodeError):
         text = Path(config.path).expanduser().read_text(encoding="utf-8")
-    settings = config.recorder
+    settings = config.recorder.resolved(config.console.state_dir)
+    assert settings.path is not None
     if path is not None:
         recorder = Recorder(path, state_file=settings.state_file, config_text=text)
     else:

@@ -485,7 +485,7 @@ def _start_recorder(app: ConsoleApp) -> Recorder | None:
     from specconsole.monitor import Fleet
     from specconsole.recorder.recorder import start_recording
 
-    settings = app.config.recorder
+    settings = app.config.recorder.resolved(app.config.console.state_dir)
     if not settings.enabled or not isinstance(app.fleet, Fleet):
         return None
     events = app.events
