@@ -159,7 +159,7 @@ def replay_config(state: FleetState, path: str) -> Config:
 
 
 class TimelineBar(Static):
-    """``▶ 4x  12:03:04  [━━━━━●──────]  12:00:00–12:30:00`` and the timeline's keys."""
+    """``REPLAY read-only ▶ 4x 12:03:04 ━━━━━●────── 12:00:00–12:30:00`` and the timeline's keys."""
 
     DEFAULT_CSS = """
     TimelineBar { dock: bottom; height: 1; background: $panel; color: $text; padding: 0 1; }
@@ -173,9 +173,9 @@ class TimelineBar(Static):
         bar = "━" * pos + "●" + "─" * (width - 1 - pos)
         mark = "⏸" if fleet.paused else "▶"
         hms = "%H:%M:%S"
-        text = (f"{mark} {fleet.speed:g}x  {time.strftime(hms, time.localtime(fleet.now))}  {bar}  "
+        text = (f"REPLAY read-only {mark} {fleet.speed:g}x {time.strftime(hms, time.localtime(fleet.now))} {bar} "
                 f"{time.strftime(hms, time.localtime(rec.start))}–{time.strftime(hms, time.localtime(rec.end))}"
-                "  REPLAY (read-only)  space pause · . step · [ ] 1m · { } 10m · n next · + - speed")
+                "  space pause · . step · [ ] 1m · { } 10m · n next · + - speed")
         self.update(escape(text))
 
 
