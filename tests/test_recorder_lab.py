@@ -84,7 +84,8 @@ async def _record(lab: Lab, path: Path) -> Recorded:
 
         def dflash() -> bool:
             s = next(s for s in fleet.statuses() if s.name == "serve")
-            return s.sglang is not None and s.sglang.value.info is not None and s.sglang.value.info.algorithm == "DFLASH"
+            info = s.sglang.value.info if s.sglang is not None else None
+            return info is not None and info.algorithm == "DFLASH"
 
         assert await wait_for(dflash, 30, what="the serving pane's source to see DFLASH")
         await asyncio.sleep(2)

@@ -10,7 +10,6 @@ from pathlib import Path
 import sample_data as sd
 from conftest import wait_for
 from recording_sample import T0, alert, record_synthetic, steps_as_events
-
 from specconsole.recorder.recording import Recording
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.replay import ReplayApp, ReplayFleet, TimelineBar, replay_config
