@@ -38,6 +38,9 @@ SEGMENT_S = 3600.0
 #: the tmux state file is rewritten when its facts change, and at least this often (its age says
 #: whether a console is still recording)
 STATE_EVERY_S = 5.0
+#: ... and its facts are looked at no more often than this (tmux asks every status-interval, 5 s
+#: by default; at 200 hosts the look costs more than the block's encoding)
+STATE_MIN_S = 2.0
 
 
 class Recorder:
@@ -66,7 +69,8 @@ class Recorder:
         self._segment_t0 = 0.0
         self._last_key = 0.0
         self._last_line: str | None = None
-        self._state_at = 0.0
+        self._state_at = 0.0  # when the facts were last looked at
+        self._written_at = 0.0  # when the file was last written
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_error: Callable[[str], None] | None = None
@@ -112,21 +116,22 @@ class Recorder:
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
             self.flush()
-        self.flush()
+        self.flush(final=True)
 
     def stop(self, timeout: float = 2.0) -> None:
         """Write what is left and stop (bounded: a stuck disk is left behind after ``timeout``)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        elif self.pending:
-            self.flush()
+        else:
+            self.flush(final=True)
         if self._writer is not None and (self._thread is None or not self._thread.is_alive()):
             self._writer.close()
             self._writer = None
 
-    def flush(self) -> None:
-        """Write the records that came since the last flush as one block (the writer thread's)."""
+    def flush(self, final: bool = False) -> None:
+        """Write the records that came since the last flush as one block (the writer thread's);
+        ``final``: the last one, which also writes the tmux facts as they are now."""
         records: list[Record] = []
         pending = self.pending
         while pending:
@@ -135,7 +140,7 @@ class Recorder:
         try:
             if records:
                 self._write(records, now)
-            self._write_state(now)
+            self._write_state(now, final)
         except OSError as err:
             if self.error is None:
                 self.error = f"recorder: cannot write {self.path}: {err.strerror or err}; not recording"
@@ -182,15 +187,16 @@ class Recorder:
                 if segment != current and now - segment.stat().st_mtime > self.retention_s:
                     segment.unlink()
 
-    def _write_state(self, now: float) -> None:
+    def _write_state(self, now: float, final: bool = False) -> None:
         """The tmux line's facts, atomically (a temp file renamed), when they changed."""
-        if self.state_file is None:
+        if self.state_file is None or (now - self._state_at < STATE_MIN_S and not final):
             return
+        self._state_at = now
         facts = summary(self.state.statuses(), self.state.worst_alert(), now)
         line = json.dumps(facts, sort_keys=True)
-        if line == self._last_line and now - self._state_at < STATE_EVERY_S:
+        if line == self._last_line and now - self._written_at < STATE_EVERY_S:
             return
-        self._last_line, self._state_at = line, now
+        self._last_line, self._written_at = line, now
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_name(f".{self.state_file.name}.{os.getpid()}")
         tmp.write_text(json.dumps({"at": now, "recording": str(self.path), **facts}))
