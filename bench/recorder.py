@@ -117,7 +117,7 @@ async def first_frame(app: Any, hosts: int) -> float:
     async with app.run_test(size=(200, 50)) as pilot:
         while app.first_full_frame_at is None:
             await pilot.pause(0.01)
-        return time.perf_counter() - t0 + (app.first_full_frame_at - time.time())
+        return float(time.perf_counter() - t0 + (app.first_full_frame_at - time.time()))
 
 
 def startup(path: Path, hosts: int, minutes: float) -> tuple[float, float, float]:
@@ -213,9 +213,10 @@ def main() -> int:
               f" · specconsole --version {cli_s * 1000:.0f} ms", flush=True)
     if args.ssh:
         base_run, rec_run, size = ssh_cost(args.ssh, args.ssh_duration)
+        more = (rec_run.cpu_s_min / base_run.cpu_s_min - 1) * 100
         print(f"ssh       {args.ssh} SSH hosts, headless status --watch --json: {base_run.cpu_s_min:.2f} CPU-s/min; "
-              f"with --record {rec_run.cpu_s_min:.2f} CPU-s/min: {(rec_run.cpu_s_min / base_run.cpu_s_min - 1) * 100:+.1f} %"
-              f" (goal <= 5 %); recording {size / 1024:.0f} KiB {base_run.note}{rec_run.note}", flush=True)
+              f"with --record {rec_run.cpu_s_min:.2f} CPU-s/min: {more:+.1f} % (goal <= 5 %); recording "
+              f"{size / 1024:.0f} KiB {base_run.note}{rec_run.note}", flush=True)
     return 0
 
 
