@@ -196,3 +196,44 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
 def test_the_header_is_the_documented_size() -> None:
     assert HEADER.size == 31
     assert Recorder("/nonexistent/x").state_file is None
+
+
+def _local_config(tmp_path: Path, recorder: str = "") -> Path:
+    log = tmp_path / "train.jsonl"
+    log.write_text('{"step": 7, "loss": 1.5}\n')
+    cfg = tmp_path / "local.toml"
+    cfg.write_text(f'[console]\nstate_dir = "{tmp_path / "state"}"\naudit_log = "{tmp_path / "audit.log"}"\n'
+                   f'{recorder}\n[[hosts]]\nname = "here"\nrole = "train"\nconnect = "local"\n'
+                   f'gpu = {{ source = "none" }}\n[hosts.training]\nlog_path = "{log}"\n')
+    return cfg
+
+
+def test_the_console_records_by_default_into_its_state_folder(tmp_path: Path) -> None:
+    from specconsole.config import load_config
+    from specconsole.ui.app import ConsoleApp, _start_recorder
+
+    app = ConsoleApp(load_config(_local_config(tmp_path)))
+    recorder = _start_recorder(app)
+    assert recorder is not None and recorder.folder and recorder.retention_s == 48 * 3600
+    app.events.emit("hello from the console")
+    recorder.stop()
+    recording = Recording(tmp_path / "state" / "recordings")
+    messages = [e.message for e in recording.events_between(recording.start - 1, recording.end)]
+    assert any(m.startswith(f"recording to {tmp_path / 'state' / 'recordings'}") for m in messages)
+    assert "hello from the console" in messages
+    assert [s.name for s in recording.state_at(recording.end).statuses()] == ["here"]
+    assert json.loads((tmp_path / "state" / "tmux-status.json").read_text())["hosts"] == 1
+    off = ConsoleApp(load_config(_local_config(tmp_path, "[recorder]\nenabled = false")))
+    assert _start_recorder(off) is None
+
+
+def test_status_records_only_when_asked(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    cfg = _local_config(tmp_path)
+    assert main(["--config", str(cfg), "status", "--json", "--timeout", "5"]) == 0
+    assert not (tmp_path / "state" / "recordings").exists()  # headless: off by default
+    path = tmp_path / "headless.screc"
+    assert main(["--config", str(cfg), "status", "--json", "--timeout", "5", "--record", str(path)]) == 0
+    capfd.readouterr()
+    state = Recording(path).state_at(time.time())
+    here = state.statuses()[0]
+    assert here.name == "here" and here.training is not None and here.training.value.step == 7

@@ -113,7 +113,7 @@ async def test_replay_shows_the_deploy_steps_at_their_times(recorded: Recorded, 
     assert [h.name for h in config.hosts] == ["train", "serve"] and config.serve_hosts  # the recorded config
     app = ReplayApp(fleet, config, themes=load_themes([BUNDLED_DIR]))
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("space")
+        await pilot.press("p")
         assert fleet.paused
         panel = app.query_one(ActionPanel)
         first = recorded.deploy[0]

@@ -42,7 +42,7 @@ async def test_the_timeline_keys_and_the_deploy_steps_at_their_times(tmp_path: P
         assert app.read_only and app.fleet.host("serve") is None
         for action in ("kill_training", "deploy", "deploy_checkpoint", "eval_run"):  # nothing reaches a host
             assert not app.key_plan.is_bound(action)
-        await pilot.press("space")
+        await pilot.press("p")
         assert fleet.paused and "⏸" in str(bar.render())
         await pilot.press("n")  # the next event: the deploy's first step
         assert fleet.now == T0 + 20
@@ -73,10 +73,10 @@ async def test_the_timeline_keys_and_the_deploy_steps_at_their_times(tmp_path: P
         assert fleet.speed == 16
         await pilot.press("minus")
         assert fleet.speed == 8
-        await pilot.press("space")  # play at 8x: the clock runs ahead of the wall clock
+        await pilot.press("p")  # play at 8x: the clock runs ahead of the wall clock
         before = fleet.now
         await wait_for(lambda: fleet.now >= before + 8, 10, what="8x playback", pilot=pilot)
-        await pilot.press("space")
+        await pilot.press("p")
         await pilot.pause()
         assert "8x" in str(bar.render()) and "⏸" in str(bar.render())
 

@@ -1,15 +1,16 @@
-"""The recording's file format: blocks of zlib-compressed msgpack, appended, checked by CRC.
+"""The recording's file format: blocks of zstd-compressed msgpack, appended, checked by CRC.
 
 A recording is one file, or a folder of hourly segment files (``rec-YYYYmmdd-HHMMSS.screc``, the
 console's: retention deletes whole segments). A file is a 8-byte magic, then blocks::
 
     header  "SCRB" | u32 length | f64 t0 | f64 t1 | u8 flags | u16 events | u32 crc32   (31 bytes)
-    payload `length` bytes: a zlib stream's next piece, flushed with Z_SYNC_FLUSH
+    payload `length` bytes: a zstd stream's next piece, flushed as a whole zstd block
 
 Every block (one flush, at most ``flush_s`` of records) decodes to a msgpack array of records.
-A keyframe block (``flags`` bit 0) starts a new zlib stream and opens with records that rebuild
-the whole fleet, so reading can start at any keyframe; the blocks in between share their stream's
-window (a second's GPU readings compress against the previous second's). A block is written with
+A keyframe block (``flags`` bit 0) starts a new zstd frame and opens with records that rebuild
+the whole fleet, so reading can start at any keyframe; the blocks in between share their frame's
+window (a second's GPU readings compress against the previous second's: at 200 hosts a second is
+~400 KiB of msgpack, which zlib's 32 KiB window could not reach back over). A block is written with
 one ``write`` after the previous one, so a crash loses at most the block being written; reading
 stops at the first block that is short, fails its CRC or does not decode, with one line saying
 where.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import zstandard
 
 from specconsole.recorder.records import Record, encode_hook
 
@@ -51,14 +53,14 @@ class BlockInfo:
 class BlockWriter:
     """Appends blocks to one file (made with its magic when new)."""
 
-    def __init__(self, path: Path, level: int = 6) -> None:
+    def __init__(self, path: Path, level: int = 3) -> None:
         self.path = path
         self.level = level
         path.parent.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         if os.fstat(self.fd).st_size == 0:
             os.write(self.fd, MAGIC)
-        self._zip: zlib._Compress | None = None
+        self._zip: zstandard.ZstdCompressionObj | None = None
         self._encoder = msgspec.msgpack.Encoder(enc_hook=encode_hook)
         self.bytes = os.fstat(self.fd).st_size
 
@@ -67,12 +69,12 @@ class BlockWriter:
         return self._zip is None
 
     def write(self, records: list[Record], *, keyframe: bool, events: int) -> int:
-        """One block; ``keyframe`` starts a new zlib stream. Returns the bytes written."""
+        """One block; ``keyframe`` starts a new zstd frame. Returns the bytes written."""
         if keyframe or self._zip is None:
-            self._zip = zlib.compressobj(self.level)
+            self._zip = zstandard.ZstdCompressor(level=self.level).compressobj()
             keyframe = True
         raw = self._encoder.encode(records)
-        payload = self._zip.compress(raw) + self._zip.flush(zlib.Z_SYNC_FLUSH)
+        payload = self._zip.compress(raw) + self._zip.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
         t0 = records[0][0] if records else time.time()
         t1 = max((r[0] for r in records), default=t0)
         head = HEADER.pack(BLOCK, len(payload), t0, t1, KEYFRAME if keyframe else 0, min(events, 0xFFFF),
@@ -130,12 +132,11 @@ def _when(t: float) -> str:
 
 
 class BlockReader:
-    """Decodes blocks in order from a keyframe (one zlib stream per keyframe)."""
+    """Decodes blocks in order from a keyframe (one zstd frame per keyframe)."""
 
     def __init__(self) -> None:
-        self._unzip: zlib._Decompress | None = None
+        self._unzip: zstandard.ZstdDecompressionObj | None = None
         self._decoder = msgspec.msgpack.Decoder()
-        self._files: dict[Path, object] = {}
 
     def read(self, block: BlockInfo) -> list[Record]:
         """The block's records; raises :class:`Damaged` when it fails its CRC or does not decode."""
@@ -148,10 +149,10 @@ class BlockReader:
         if block.keyframe or self._unzip is None:
             if not block.keyframe:
                 raise Damaged(f"{block.path}: block at byte {block.offset} has no keyframe before it")
-            self._unzip = zlib.decompressobj()
+            self._unzip = zstandard.ZstdDecompressor().decompressobj()
         try:
             records = self._decoder.decode(self._unzip.decompress(payload))
-        except (zlib.error, msgspec.DecodeError) as err:
+        except (zstandard.ZstdError, msgspec.DecodeError) as err:
             self._unzip = None
             raise Damaged(f"{block.path}: block at byte {block.offset} (at {_when(block.t0)}) does not decode "
                           f"({err}); the rest is skipped") from None

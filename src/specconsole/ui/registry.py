@@ -130,7 +130,7 @@ BY_ID: dict[str, ActionSpec] = {spec.id: spec for spec in REGISTRY}
 
 #: ``specconsole replay``'s timeline keys (bound only in a replay, beside the registry's own)
 REPLAY_REGISTRY: tuple[ActionSpec, ...] = (
-    ActionSpec("replay_pause", "space", "Pause", "Replay: pause or play the recording"),
+    ActionSpec("replay_pause", "p", "Pause", "Replay: pause or play the recording"),
     ActionSpec("replay_step", "full_stop", "Step", "Replay: pause and step one second forward", show=False),
     ActionSpec("replay_back", "left_square_bracket", "-1m", "Replay: seek one minute back"),
     ActionSpec("replay_forward", "right_square_bracket", "+1m", "Replay: seek one minute forward"),

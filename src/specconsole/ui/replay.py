@@ -175,7 +175,7 @@ class TimelineBar(Static):
         hms = "%H:%M:%S"
         text = (f"REPLAY read-only {mark} {fleet.speed:g}x {time.strftime(hms, time.localtime(fleet.now))} {bar} "
                 f"{time.strftime(hms, time.localtime(rec.start))}–{time.strftime(hms, time.localtime(rec.end))}"
-                "  space pause · . step · [ ] 1m · { } 10m · n next · + - speed")
+                "  p pause · . step · [ ] 1m · { } 10m · n next · + - speed")
         self.update(escape(text))
 
 
