@@ -32,6 +32,7 @@ from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 from specconsole.recorder.recording import Recording
 from specconsole.recorder.records import FleetState, step_fields
 from specconsole.ui.app import ConsoleApp
+from specconsole.ui.history import History
 from specconsole.ui.registry import BY_ID, REGISTRY, REPLAY_REGISTRY, ActionSpec, registry_bindings
 
 #: how often the replay clock moves (and the cursor applies what became due)
@@ -103,7 +104,6 @@ class ReplayFleet:
             self.paused = True
             self.events.emit(self.recording.problem or "end of the recording", "replay",
                              "warning" if self.recording.problem else "info")
-        self._notify()
 
     def seek(self, t: float) -> None:
         """Jump to ``t`` (either way): the fleet as it was then; the events pane says where it jumped."""
@@ -115,7 +115,7 @@ class ReplayFleet:
             self.cursor = self.recording.cursor(t)
         self.now = t
         self.events.emit(f"replay: at {time.strftime('%H:%M:%S', time.localtime(t))}", "replay")
-        self._notify(jump=True)
+        self._notify()
 
     def step(self, seconds: float = 1.0) -> None:
         self.paused = True
@@ -133,11 +133,12 @@ class ReplayFleet:
         for event in events:
             self.events.replay(event)
 
-    def _notify(self, jump: bool = False) -> None:
+    def _notify(self) -> None:
+        """After a jump: the app redraws at once (playing, its own redraw every refresh_s follows)."""
         for name in self.cursor.state.hosts:
             for listener in list(self._listeners):
                 listener(name, "connection")
-        if jump and self.on_jump is not None:
+        if self.on_jump is not None:
             self.on_jump()
 
 
@@ -215,6 +216,7 @@ class ReplayApp(ConsoleApp):
         return None
 
     def _jumped(self) -> None:
+        self.history = History()  # the plots start again from the new time
         if self.is_running:
             self.refresh_panes()
 
@@ -230,7 +232,9 @@ class ReplayApp(ConsoleApp):
                          took_s=data.get("took_s"), at=event.at)
         panel = self.actions.action_panel
         track = panel.track
-        if track is None or track.action != step.action or (track.finished and step.kind == "step"):
+        if track is not None and track.action != step.action and not track.finished:
+            panel.start(step.action, _title(step.action), step.host, self.clock())  # one cut off by a jump
+        elif track is None or track.action != step.action or (track.finished and step.kind == "step"):
             self.actions.open(step.action, _title(step.action), step.host)
         self.actions.emit(step)
 
