@@ -237,3 +237,13 @@ def test_status_records_only_when_asked(tmp_path: Path, capfd: pytest.CaptureFix
     state = Recording(path).state_at(time.time())
     here = state.statuses()[0]
     assert here.name == "here" and here.training is not None and here.training.value.step == 7
+
+
+def test_status_tmux_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "tmux.json"
+    state.write_text(json.dumps({"at": time.time(), "hosts_up": 1, "hosts": 1}))
+    assert launch_main(["status", "--tmux", f"--state={state}"]) == 0
+    assert capsys.readouterr().out == "1/1 up\n"
+    assert launch_main(["status", "--tmux", "--state"]) == 2
+    assert launch_main(["status", "--tmux", "--json"]) == 2
+    assert "unexpected '--json'" in capsys.readouterr().out
