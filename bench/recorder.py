@@ -20,7 +20,7 @@ measured in the same run:
   ``python -c pass`` (the interpreter alone) and ``specconsole --version`` (the CLI's imports).
 
 Usage: .venv/bin/python bench/recorder.py [--hosts 200] [--minutes 3] [--replay-minutes 60] [--ssh N]
-       [--ssh-duration S]
+       [--ssh-duration S] [--ssh-rounds R]
 """
 
 from __future__ import annotations
@@ -147,21 +147,27 @@ def startup(path: Path, hosts: int, minutes: float) -> tuple[float, float, float
     return at_s, live_s, replay_s
 
 
-def ssh_cost(hosts: int, duration: float) -> tuple[Any, Any, int]:
-    """fleet_scale's headless run for ``hosts`` SSH hosts, without and with ``--record``."""
+def ssh_cost(hosts: int, duration: float, rounds: int) -> tuple[list[Any], list[Any], int]:
+    """fleet_scale's headless run for ``hosts`` SSH hosts, without and with ``--record``, alternated
+    ``rounds`` times (the machine may be shared: alternating spreads its load over both)."""
     import fleet_scale as fs
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-rec-ssh-"))
     record = tmp / "ssh.screc"
     args = argparse.Namespace(sources="gpu", src=None, interval=1.0, settle=180.0, duration=duration)
+    code = fs.GPU_ONLY.replace("main(sys.argv[1:])", f"main(sys.argv[1:2] + ['--record', {str(record)!r}] "
+                               "+ sys.argv[2:])")
     lab = fs.ssh_lab(tmp, 8)
     plain = fs.console_argv
+    base: list[Any] = []
+    with_rec: list[Any] = []
     try:
-        base = fs.run_headless(fs.ssh_config(lab, tmp, hosts, 1.0), hosts, args)
-        code = fs.GPU_ONLY.replace("main(sys.argv[1:])", f"main(sys.argv[1:2] + ['--record', {str(record)!r}] "
-                                   "+ sys.argv[2:])")
-        fs.console_argv = lambda *_a, **_k: [sys.executable, "-c", code]
-        with_rec = fs.run_headless(fs.ssh_config(lab, tmp, hosts, 1.0), hosts, args)
+        for _ in range(rounds):
+            fs.console_argv = plain
+            base.append(fs.run_headless(fs.ssh_config(lab, tmp, hosts, 1.0), hosts, args))
+            fs.console_argv = lambda *_a, **_k: [sys.executable, "-c", code]
+            record.unlink(missing_ok=True)
+            with_rec.append(fs.run_headless(fs.ssh_config(lab, tmp, hosts, 1.0), hosts, args))
     finally:
         fs.console_argv = plain
         lab.down()
@@ -185,6 +191,7 @@ def main() -> int:
     p.add_argument("--replay-minutes", type=float, default=60.0, help="fleet minutes recorded for the start-up")
     p.add_argument("--ssh", type=int, default=0, help="also N SSH hosts through bench/fleet_scale.py (headless)")
     p.add_argument("--ssh-duration", type=float, default=60.0, help="--ssh: measurement window, s")
+    p.add_argument("--ssh-rounds", type=int, default=2, help="--ssh: runs without and with, alternated")
     args = p.parse_args()
     n = args.hosts
     print(f"recorder bench: {n} hosts; load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -212,11 +219,15 @@ def main() -> int:
         print(f"tmux      status --tmux {tmux_s * 1000:.0f} ms (goal <= 50 ms) · python -c pass {bare_s * 1000:.0f} ms"
               f" · specconsole --version {cli_s * 1000:.0f} ms", flush=True)
     if args.ssh:
-        base_run, rec_run, size = ssh_cost(args.ssh, args.ssh_duration)
-        more = (rec_run.cpu_s_min / base_run.cpu_s_min - 1) * 100
-        print(f"ssh       {args.ssh} SSH hosts, headless status --watch --json: {base_run.cpu_s_min:.2f} CPU-s/min; "
-              f"with --record {rec_run.cpu_s_min:.2f} CPU-s/min: {more:+.1f} % (goal <= 5 %); recording "
-              f"{size / 1024:.0f} KiB {base_run.note}{rec_run.note}", flush=True)
+        base_runs, rec_runs, size = ssh_cost(args.ssh, args.ssh_duration, args.ssh_rounds)
+        base_cpu = statistics.median(r.cpu_s_min for r in base_runs)
+        rec_cpu = statistics.median(r.cpu_s_min for r in rec_runs)
+        each = ", ".join(f"{b.cpu_s_min:.2f}/{r.cpu_s_min:.2f}" for b, r in zip(base_runs, rec_runs, strict=True))
+        notes = " ".join(r.note for r in [*base_runs, *rec_runs] if r.note)
+        more = (rec_cpu / base_cpu - 1) * 100
+        print(f"ssh       {args.ssh} SSH hosts, headless status --watch --json, median of {args.ssh_rounds}: "
+              f"{base_cpu:.2f} CPU-s/min; with --record {rec_cpu:.2f} CPU-s/min: {more:+.1f} % (goal <= 5 %; "
+              f"rounds without/with: {each}); last recording {size / 1024:.0f} KiB {notes}", flush=True)
     return 0
 
 
