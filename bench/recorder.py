@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def startup(path: Path, hosts: int, minutes: float) -> tuple[float, float, float
     return at_s, live_s, replay_s
 
 
-def ssh_cost(hosts: int, duration: float, rounds: int) -> tuple[list[Any], list[Any], int]:
+def ssh_cost(hosts: int, duration: float, rounds: int) -> tuple[list[Any], list[Any], float]:
     """fleet_scale's headless run for ``hosts`` SSH hosts, without and with ``--record``, alternated
     ``rounds`` times (the machine may be shared: alternating spreads its load over both)."""
     import fleet_scale as fs
@@ -168,11 +169,13 @@ def ssh_cost(hosts: int, duration: float, rounds: int) -> tuple[list[Any], list[
             fs.console_argv = lambda *_a, **_k: [sys.executable, "-c", code]
             record.unlink(missing_ok=True)
             with_rec.append(fs.run_headless(fs.ssh_config(lab, tmp, hosts, 1.0), hosts, args))
+        recording = Recording(record)
+        per_host_hour = record.stat().st_size / hosts / max(recording.end - recording.start, 1e-9) * 3600
     finally:
         fs.console_argv = plain
         lab.down()
-    size = record.stat().st_size if record.exists() else 0
-    return base, with_rec, size
+        shutil.rmtree(tmp, ignore_errors=True)
+    return base, with_rec, per_host_hour
 
 
 def wall(cmd: list[str], runs: int = 15) -> float:
@@ -219,7 +222,7 @@ def main() -> int:
         print(f"tmux      status --tmux {tmux_s * 1000:.0f} ms (goal <= 50 ms) · python -c pass {bare_s * 1000:.0f} ms"
               f" · specconsole --version {cli_s * 1000:.0f} ms", flush=True)
     if args.ssh:
-        base_runs, rec_runs, size = ssh_cost(args.ssh, args.ssh_duration, args.ssh_rounds)
+        base_runs, rec_runs, per_host_hour = ssh_cost(args.ssh, args.ssh_duration, args.ssh_rounds)
         base_cpu = statistics.median(r.cpu_s_min for r in base_runs)
         rec_cpu = statistics.median(r.cpu_s_min for r in rec_runs)
         each = ", ".join(f"{b.cpu_s_min:.2f}/{r.cpu_s_min:.2f}" for b, r in zip(base_runs, rec_runs, strict=True))
@@ -227,7 +230,7 @@ def main() -> int:
         more = (rec_cpu / base_cpu - 1) * 100
         print(f"ssh       {args.ssh} SSH hosts, headless status --watch --json, median of {args.ssh_rounds}: "
               f"{base_cpu:.2f} CPU-s/min; with --record {rec_cpu:.2f} CPU-s/min: {more:+.1f} % (goal <= 5 %; "
-              f"rounds without/with: {each}); last recording {size / 1024:.0f} KiB {notes}", flush=True)
+              f"rounds without/with: {each}); {per_host_hour / 1024:.0f} KiB per host-hour {notes}", flush=True)
     return 0
 
 
