@@ -38,9 +38,9 @@ SEGMENT_S = 3600.0
 #: the tmux state file is rewritten when its facts change, and at least this often (its age says
 #: whether a console is still recording)
 STATE_EVERY_S = 5.0
-#: ... and its facts are looked at no more often than this (tmux asks every status-interval, 5 s
-#: by default; at 200 hosts the look costs more than the block's encoding)
-STATE_MIN_S = 2.0
+#: ... and its facts are looked at no more often than this (tmux asks every status-interval: 15 s
+#: by default, 5 in the README's example; at 200 hosts a look costs a third of a block's encoding)
+STATE_MIN_S = 5.0
 
 
 class Recorder:
