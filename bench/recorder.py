@@ -133,7 +133,7 @@ def startup(path: Path, hosts: int, minutes: float) -> tuple[float, float, float
     statuses = recording.state_at(middle).statuses()
     at_s = time.perf_counter() - t0
     assert len(statuses) == hosts
-    state_dir = tempfile.mkdtemp(prefix="bench-rec-state-")
+    state_dir = str(path.parent / "state")  # inside the run's temporary folder
     config = fleet_config(hosts, state_dir)
     live = ConsoleApp(config, fleet=FixedStatuses(statuses), clock=lambda: middle,
                       themes=load_themes([BUNDLED_DIR]))
