@@ -22,6 +22,10 @@ from specconsole.validation import num, option_type
 StartupSeconds = Annotated[float, num(ge=0, le=3600, why="the simulated SGLang's load time", example=3)]
 
 
+#: serving replicas behind the lab's router
+Replicas = Annotated[int, num(ge=1, le=16, why="serving replicas on this machine", example=3)]
+
+
 def _say(message: str) -> None:
     """Print one progress line; a terminal that is gone (tmux killed: EIO) must not stop the
     demo's clean-up half way."""
@@ -48,6 +52,9 @@ def add_lab_parsers(sub: Any) -> None:
     up.add_argument("--sglang-version", default=BASE_VERSION,
                     help=f"the serving host's simulated SGLang: {BASE_VERSION}, or {DDTREE_VERSION} (with DDTree)")
     up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
+    up.add_argument("--serve", type=option_type(Replicas, "--serve"), default=1, metavar="N",
+                    help="serving replicas: N >= 2 starts serve, serve2 .. serveN (DFLASH window 16) behind a real "
+                         "sglang-router on loopback (for `specconsole deploy --hosts 'serve*'`)")
     for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
                    lab_sub.add_parser("status", help="is the lab running, and where is its config")):
         action.add_argument("--dir", help=f"lab folder (default {paths.state_dir() / 'lab'})")
@@ -132,7 +139,7 @@ def _lab(args: argparse.Namespace) -> int:
     lab_dir = Path(args.dir).expanduser() if args.dir else None
     if args.lab_command == "up":
         options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer,
-                             sglang_version=args.sglang_version)
+                             sglang_version=args.sglang_version, serve=args.serve)
         lab = Lab(lab_dir, options, say=_say)
         try:
             lab.up()
@@ -142,6 +149,9 @@ def _lab(args: argparse.Namespace) -> int:
             raise
         print(f"config: {lab.config_path}")
         print(f"try:    specconsole status --config {lab.config_path}")
+        if lab.state.router_port:
+            print(f"router: http://127.0.0.1:{lab.state.router_port} in front of {args.serve} replicas; roll out: "
+                  f"specconsole deploy --config {lab.config_path} --hosts 'serve*' --draft-window 32 --yes")
         print(f"stop:   specconsole lab down{' --dir ' + str(lab.dir) if args.dir else ''}")
         return 0
     lab = Lab(lab_dir, say=_say)

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from specconsole import paths
-from specconsole.lab import lab_config, lab_judge, serving_unit, sshd_host, training_job
+from specconsole.lab import lab_config, lab_judge, serve_fleet, serving_unit, sshd_host, training_job
 from specconsole.lab.keys import client_key, write_known_hosts
 from specconsole.lab.lab_config import console_and_ssh, toml_str
 from specconsole.lab.lab_judge import JUDGE_ENV, judge_env, judge_socket_path
@@ -173,6 +173,8 @@ class Lab:
         self.state.judge_socket = os.environ.get(JUDGE_ENV) or judge_socket_path(self.dir)
         for name, address in (("train", o.train_address), ("serve", o.serve_address)):
             self._make_host(name, address)
+        if o.serve > 1:
+            serve_fleet.make_replicas(self)
         write_known_hosts(self.keys, self.state.hosts.values())
         if o.sglang:
             self.start_judge()
@@ -180,6 +182,8 @@ class Lab:
                                       self.root("serve") / "models")
         serving_unit.write_models(self.root("serve") / "models")
         self.write_unit()
+        if o.serve > 1:
+            serve_fleet.write_replica_units(self)
         self.state.save()
         for name in self.state.hosts:
             self.start_sshd(name)
@@ -188,6 +192,9 @@ class Lab:
         if o.sglang:  # its first start waits for the judge, as a real SGLang's start waits for its imports
             self._systemctl("daemon-reload")
             self._systemctl("start", "sglang.service", timeout=120)  # a cold judge on a loaded machine
+        if o.sglang and o.serve > 1:
+            serve_fleet.start_replicas(self)
+            serve_fleet.start_router(self)
         self.write_config()
         self.state.save()
         self.say(f"lab up in {time.monotonic() - t0:.1f}s; config: {self.config_path}")
@@ -199,13 +206,15 @@ class Lab:
         if "serve" in self.state.hosts and self.unit_path.exists():
             with contextlib.suppress(Exception):
                 self._systemctl("stop", "sglang.service", check=False, timeout=20)
+        serve_fleet.stop_router(self)
+        serve_fleet.stop_replicas(self)
         self.stop_trainer()
         self.stop_judge()
         for name in list(self.state.hosts):
             self.stop_sshd(name)
         # what a crashed run left behind: only processes marked as this lab's (never another
         # lab's, even one whose folder name starts with this one's)
-        _kill_marked([str(self.root(name)) for name in ("train", "serve")])
+        _kill_marked([str(self.root(name)) for name in ("train", *serve_fleet.started_replicas(self))])
         self.state.started.clear()
         self.state.save()
         self.say(f"lab down in {time.monotonic() - t0:.1f}s")
@@ -261,6 +270,8 @@ class Lab:
         return serving_unit.sglang_args(self.target_model_dir(), self.state.sglang_port)
 
     def write_unit(self) -> None:
+        if self.options.serve > 1:  # every replica, serve too, starts on DFLASH window 16
+            return
         serving_unit.write_unit(self.unit_path, self.root("serve") / "bin", self.sglang_args(), self.options)
 
     def _systemctl(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -279,7 +290,7 @@ def owner_alive(pid: int | None) -> bool:
 #: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
 #: merely runs inside a lab host's SSH session).
 LAB_PROGRAMS = ("sshd", "specconsole.lab.", "sglang_judge.py", "torch.distributed.run", "agent.py", "systemctl3",
-                "tail -")
+                "tail -", "sglang_router")
 
 
 def _kill_marked(roots: list[str]) -> None:
