@@ -113,7 +113,7 @@ def stop_replicas(lab: Lab) -> None:
         if name in lab.state.hosts and unit_path(lab, name).exists():
             try:
                 systemctl(lab, name, "stop", "sglang.service", check=False, timeout=20)
-            except Exception as err:  # noqa: BLE001 - the rest must still stop
+            except Exception as err:
                 lab.say(f"{name}: stopping sglang.service failed: {err}")
 
 
