@@ -107,7 +107,7 @@ base_url = "http://127.0.0.1:{port}"
 tunnel = {"true" if o.tunnel else "false"}
 interval_s = {o.sglang_interval_s}
 timeout_s = 3.0
-draft_model_path = {toml_str(lab.root(name) / "models" / "Qwen3-8B-DFlash-b16")}
+draft_model_path = {toml_str(lab.draft_model_dir())}
 """
     return text
 

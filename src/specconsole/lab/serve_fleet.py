@@ -2,7 +2,8 @@
 
 With ``LabOptions(serve=N)`` (N >= 2) the lab's serving host ``serve`` is replica 1 and hosts
 ``serve2`` .. ``serveN`` are made like it: each its own sshd on its own loopback address, its own
-``models/``, its own ``sglang.service`` running the simulator on its own port. All replicas start
+``sglang.service`` running the simulator on its own port; all read the models of ``serve``'s
+``models/`` (one path for all, as on a fleet). All replicas start
 on the same deployment, DFLASH with the lab's DFlash draft and draft window 16 (what a rollout
 changes). One real router (PyPI ``sglang-router``, a Rust load balancer:
 ``python -m sglang_router.launch_router --worker-urls ...``) listens on loopback in front of them;
@@ -45,9 +46,15 @@ def replica_address(index: int, first: str) -> str:
     return f"{head}.{int(last) + index}" if index else first
 
 
+def models_dir(lab: Lab) -> Path:
+    """The replicas' models: one folder at one path for all (as a fleet's hosts have the same layout),
+    so one ``--draft-model PATH`` means the same draft on every replica."""
+    return lab.root("serve") / "models"
+
+
 def dflash_args(lab: Lab, name: str, port: int) -> list[str]:
-    """The replicas' start deployment: DFLASH with the host's DFlash draft, window 16."""
-    models = lab.root(name) / "models"
+    """The replicas' start deployment: DFLASH with the lab's DFlash draft, window 16."""
+    models = models_dir(lab)
     return ["serve", "--model-path", str(models / serving_unit.TARGET_MODEL), "--host", "127.0.0.1",
             "--port", str(port), "--tp-size", "2", "--speculative-algorithm", "DFLASH",
             "--speculative-draft-model-path", str(models / DRAFT_MODEL),
@@ -74,7 +81,6 @@ def write_replica_units(lab: Lab) -> None:
             shutil.rmtree(leftover, ignore_errors=True)  # an earlier run's drop-in and journal
         (root / "run" / "sglang.service.status").unlink(missing_ok=True)
         if name != "serve":
-            serving_unit.write_models(root / "models")
             shutil.copyfile(lab.scenario_path("serve"), lab.scenario_path(name))
         serving_unit.write_unit(unit_path(lab, name), root / "bin", dflash_args(lab, name, port(lab, name)),
                                 lab.options)
