@@ -5,6 +5,7 @@ one before left, and asserts against what it read first)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import shutil
 import signal
@@ -87,7 +88,7 @@ async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent
 
 def longest_silence(events: list[StepEvent]) -> float:
     ats = sorted(e.at for e in events)
-    return max((b - a for a, b in zip(ats, ats[1:], strict=False)), default=0.0)
+    return max((b - a for a, b in itertools.pairwise(ats)), default=0.0)
 
 
 async def test_window_16_to_32_promotes_all_three_under_load(fleet: Lab) -> None:
@@ -143,6 +144,7 @@ async def test_crash_looping_config_rolls_back_the_canary(fleet: Lab) -> None:
     out, events = await run(fleet, DeployRequest(draft_model=str(bad), health_timeout_s=30))
     assert not out.ok and "deploy rolled_back" in out.message, out.message
     assert [r.state for r in out.replicas] == ["rolled back", "untouched", "untouched"]
+    assert any(e.host == "serve" and "crashed during start-up" in e.message for e in events)
     after = infos(fleet)
     assert after["serve"]["speculative_draft_model_path"] == before["serve"]["speculative_draft_model_path"]
     assert all(after[n]["startup_time"] == before[n]["startup_time"] for n in NAMES[1:])
