@@ -30,8 +30,9 @@ from typing import Any
 from specconsole.actions.deploy import DeployOutcome, DeployPlan, DeployRefused, DeployRequest, preflight
 from specconsole.actions.deploy_execute import execute, first_line, follow
 from specconsole.actions.gate import Figures, GateError, Threshold, Verdict, judge, measure
+from specconsole.actions.rollout_board import Board
 from specconsole.actions.router import list_workers, same_url
-from specconsole.actions.steps import HEARTBEAT_S, Emit, Steps
+from specconsole.actions.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 from specconsole.config import Config, HostConfig, RouterConfig
 from specconsole.errors import ConfigError, SpecConsoleError
 from specconsole.hosts import Host
@@ -86,11 +87,24 @@ class RolloutOutcome:
         return 0 if self.ok else 1
 
 
+def _set(r: Replica, steps: Steps, state: str) -> None:
+    """A replica's new state, said as a line of its own (the audit log and --json carry it, with the
+    gate's figures once measured)."""
+    r.state = state
+    gate = f"; gate {r.figures.text()}" if r.figures is not None else ""
+    steps.emit("info", f"replica {r.name}: {state}{gate}")
+
+
 class Halt(Exception):
     """Stop promoting: the message says why (gate, deploy, abort)."""
 
 
-async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abort: asyncio.Event) -> RolloutOutcome:
+async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abort: asyncio.Event,
+                  board: Board | None = None) -> RolloutOutcome:
+    """Roll ``opts.request`` out across ``replicas`` (the first is the canary); ``board`` (the action
+    view's one line per replica) is fed every event."""
+    if board is not None:
+        emit = _feeding(board, emit)
     top = Steps("rollout", emit)
     names = ", ".join(r.name for r in replicas)
     top.begin("router", f"checking the router {opts.router.url} lists {names}")
@@ -105,6 +119,8 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
     top.begin("baseline", f"measuring the gate's {len(opts.prompts)} prompts on {base.name} (not yet changed)")
     baseline = await _measure(base, top, opts)
     top.info(f"baseline on {base.name}: {baseline.text()}")
+    if board is not None:
+        board.baseline = baseline
     out = RolloutOutcome(True, "", replicas, baseline)
     halted = ""
     for i, r in enumerate(replicas):
@@ -122,7 +138,7 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
                 break
     for r in replicas:
         if r.state == "waiting":
-            r.state = "untouched"
+            _set(r, top, "untouched")
     if halted:
         top.begin("halt", f"rollout halted: {halted}; rolling back every replica changed in this run")
         changed = [r for r in replicas if r.changed]
@@ -136,20 +152,28 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
     return out
 
 
+def _feeding(board: Board, emit: Emit) -> Emit:
+    def both(event: StepEvent) -> None:
+        board.feed(event)
+        emit(event)
+
+    return both
+
+
 async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, abort: asyncio.Event,
                canary: bool) -> None:
     steps = Steps("rollout", emit, host=r.name)
-    r.state = "deploying"
+    _set(r, steps, "deploying")
     steps.begin("preflight", f"{'canary' if canary else 'replica'} {r.name}: preflight")
     try:
         plan = await preflight(r.host, r.cfg, opts.request, steps)
     except DeployRefused as err:
-        r.state = "failed"
+        _set(r, steps, "failed")
         steps.failed(f"refused: {err}")
         raise Halt(f"{r.name}: {err}") from None
     r.plan = plan
     if not plan.changes:
-        r.state = "unchanged"
+        _set(r, steps, "unchanged")
         steps.done(f"{r.name} already runs these settings; left as it is")
         return
     extra = {"router": {"url": opts.router.url, "worker_url": r.worker_url, "hold": True,
@@ -157,11 +181,11 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
                         "drain_timeout_s": opts.drain_timeout_s, "verdict_path": f"{plan.workdir}/verdict"}}
     outcome = await execute(r.host, plan, steps, operator=opts.operator, extra=extra)
     if outcome.outcome != "deployed":
-        r.state = "rolled back" if outcome.outcome == "rolled_back" else "failed"
+        _set(r, steps, "rolled back" if outcome.outcome == "rolled_back" else "failed")
         await _rejoin(r, plan, steps, outcome)
         raise Halt(f"{r.name}: deploy {outcome.outcome}: {outcome.message}")
     r.changed = True
-    r.state = "gating"
+    _set(r, steps, "gating")
     steps.begin("gate", f"quality gate on {r.name}: {len(opts.prompts)} prompts straight to the replica")
     try:
         r.figures = await _measure(r, steps, opts)
@@ -182,11 +206,11 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
                    f"after {opts.drain_timeout_s:g}s")
     final = await _rejoin(r, plan, steps, outcome)
     if verdict.passed:
-        r.state = "promoted"
+        _set(r, steps, "promoted")
         steps.done(f"{r.name} promoted: {plan.summary()}; {final}")
         return
     r.changed = False
-    r.state = "rolled back"
+    _set(r, steps, "rolled back")
     raise Halt(f"{r.name}: {verdict.line}")
 
 
@@ -203,7 +227,7 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
     restore, health, back in)."""
     steps = Steps("rollout", emit, host=r.name)
     assert r.plan is not None
-    r.state = "rolling back"
+    _set(r, steps, "rolling back")
     steps.begin("roll back", f"rolling {r.name} back to what it served before this rollout")
     plan = replace(r.plan, id=r.plan.id + "-rb")
     extra = {"router": {"url": opts.router.url, "worker_url": r.worker_url, "hold": False,
@@ -214,11 +238,11 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
         outcome = await execute(r.host, plan, steps, operator=opts.operator, extra=extra)
         await _rejoin(r, plan, steps, outcome)
     except SpecConsoleError as err:
-        r.state = "failed"
+        _set(r, steps, "failed")
         steps.failed(f"roll back of {r.name} failed: {first_line(err)}")
         return
     r.changed = outcome.outcome != "rolled_back"
-    r.state = "rolled back" if outcome.outcome == "rolled_back" else "failed"
+    _set(r, steps, "rolled back" if outcome.outcome == "rolled_back" else "failed")
 
 
 async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyncio.Event) -> str:
