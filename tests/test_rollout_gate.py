@@ -54,4 +54,4 @@ def test_board_fits_eight_replicas_at_80_columns() -> None:
     assert len(lines) == 8 and all(len(line) <= 80 for line in lines)
     assert lines[0].startswith("serve1   promoted") and "acc 5.25/5.10 450/437 tok/s" in lines[0]
     assert lines[1].startswith("serve2   deploying   restart             2.0s  … `systemctl restart")
-    assert lines[2].startswith("serve3   waiting     -                       -")
+    assert lines[2].rstrip() == "serve3   waiting     -                      -"
