@@ -57,9 +57,11 @@ async def run(lab: Lab, window: int) -> tuple[rollout.RolloutOutcome, list[StepE
     return out, events, took
 
 
-def per_replica(events: list[StepEvent], name: str) -> tuple[float, float]:
-    """(out of the router until back in, the server's own start-up: restart + wait for health)."""
+def per_replica(events: list[StepEvent], name: str) -> tuple[float, float, float]:
+    """(its whole part: preflight until back in the router; out of the router until back in; the
+    server's own start-up: restart + wait for health)."""
     mine = [e for e in events if e.host == name]
+    first = mine[0].at
     start = next(e.at for e in mine if e.kind == "step" and e.step == "leave the router")
     end = max(e.at for e in mine if e.step == "rejoin the router")
     steps = [e for e in mine if e.kind == "step"]
@@ -67,7 +69,7 @@ def per_replica(events: list[StepEvent], name: str) -> tuple[float, float]:
     for a, b in itertools.pairwise(steps):
         if a.step in ("restart", "wait for health"):
             server += b.at - a.at
-    return end - start, server
+    return end - first, end - start, server
 
 
 def main() -> int:
@@ -95,10 +97,11 @@ def main() -> int:
     print(f"total rollout time:           {took:6.1f} s  ({args.replicas} replicas, baseline + gate included)")
     extra = []
     for r in out.replicas:
-        total, server = per_replica(events, r.name)
-        extra.append(total - server)
-        print(f"  {r.name:8} out of the router {total:5.1f} s, server start-up {server:5.1f} s, "
-              f"beyond start-up {total - server:5.1f} s; gate {r.figures.text() if r.figures else '-'}")
+        whole, out_s, server = per_replica(events, r.name)
+        extra.append(whole - server)
+        print(f"  {r.name:8} {whole:5.1f} s (preflight to back in; out of the router {out_s:4.1f} s), server "
+              f"start-up {server:4.1f} s, beyond it {whole - server:4.1f} s; gate "
+              f"{r.figures.text() if r.figures else '-'}")
     print(f"time per replica beyond the server's start-up: median {statistics.median(extra):.1f} s, "
           f"max {max(extra):.1f} s")
     print(f"requests through the router:  sent {stats.sent}, failed {stats.failed}"

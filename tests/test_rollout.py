@@ -210,3 +210,29 @@ base_url = "http://127.0.0.1:{free_port()}"
         err = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(err) == 1 and needle in err[0], (extra, res.stderr, res.stdout)
         assert "Traceback" not in res.stderr and time.monotonic() - t0 < 30
+
+
+def test_console_killed_while_the_canary_is_held_the_agent_puts_it_back(fleet: Lab) -> None:
+    """SIGKILL the headless console while the canary waits for the gate's verdict: no console is
+    left to say promote or rollback, and the host agent puts the replica back into the router
+    within the drain timeout (as it is: the new config, healthy); nothing else was touched."""
+    before = infos(fleet)
+    window = before["serve"]["speculative_draft_window_size"]
+    proc = subprocess.Popen([sys.executable, "-m", "specconsole", "deploy", "--config", str(fleet.config_path),
+                             "--hosts", "serve*", "--draft-window", str(window + 8), "--drain-timeout", "4",
+                             "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        ev = json.loads(line)
+        if ev["host"] == "serve" and ev["step"] == "gate":
+            proc.kill()
+            killed = time.monotonic()
+            break
+    proc.wait(10)
+    serve_url = serve_fleet.worker_url(fleet, "serve")
+    assert serve_url not in in_router(fleet)  # held out for the gate
+    assert wait_for(lambda: in_router(fleet) == all_urls(fleet), 30, step=0.2)
+    assert time.monotonic() - killed < 4 + 10  # the drain timeout, plus the router's own add job
+    after = infos(fleet)
+    assert after["serve"]["speculative_draft_window_size"] == window + 8
+    assert all(after[n]["startup_time"] == before[n]["startup_time"] for n in NAMES[1:])
