@@ -23,6 +23,7 @@ each replica serves (its ``/server_info``) and whether the router lists it.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -229,7 +230,7 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
     assert r.plan is not None
     _set(r, steps, "rolling back")
     steps.begin("roll back", f"rolling {r.name} back to what it served before this rollout")
-    plan = replace(r.plan, id=r.plan.id + "-rb")
+    plan = replace(r.plan, id=time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))  # a deploy id of its own
     extra = {"router": {"url": opts.router.url, "worker_url": r.worker_url, "hold": False,
                         "metrics_url": plan.base_url.rstrip("/") + "/metrics",
                         "drain_timeout_s": opts.drain_timeout_s, "verdict_path": ""},

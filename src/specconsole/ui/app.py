@@ -417,6 +417,19 @@ class ConsoleApp(App[int]):
     def action_deploy_checkpoint(self) -> None:
         self.actions.start("deploy_checkpoint")
 
+    def action_fleet_mark(self) -> None:
+        view = self.fleet_nav.view
+        host = view.table.toggle_mark() if view is not None else None
+        if view is not None and host is not None:
+            marked = ", ".join(sorted(view.table.marked)) or "none"
+            self.notify(f"marked for a rollout: {marked}", timeout=3)
+
+    def action_rollout(self) -> None:
+        self.actions.start("rollout")
+
+    def action_abort_rollout(self) -> None:
+        self.actions.abort_rollout()
+
     def action_close_action_view(self) -> None:
         if not self.actions.close_view():
             self.fleet_nav.back()  # from a host's panes back to the fleet view

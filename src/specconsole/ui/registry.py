@@ -18,6 +18,7 @@ from textual.keys import format_key
 
 from specconsole.config import Config
 from specconsole.ui.flows import FlowContext, deploy_checkpoint_flow, deploy_flow, kill_training_flow
+from specconsole.ui.rollout_flow import rollout_flow
 
 
 class ActionContext(Protocol):
@@ -62,6 +63,14 @@ def _several_themes(ctx: ActionContext) -> str | None:
 
 def _fleet_shown(ctx: ActionContext) -> str | None:
     return None if ctx.fleet_shown else "only in the fleet view (f shows it)"
+
+
+def _has_router(ctx: ActionContext) -> str | None:
+    return None if ctx.config.router is not None else "no [router] configured"
+
+
+def _fleet_and_router(ctx: ActionContext) -> str | None:
+    return _has_router(ctx) or _fleet_shown(ctx)
 
 
 #: A destructive action's whole flow (confirm, then act, every step reported), run in a worker.
@@ -121,6 +130,16 @@ REGISTRY: tuple[ActionSpec, ...] = (
                destructive=True, available=_has_train_and_serve_host, show=False,
                confirm_title="Deploy and restart SGLang?", confirm_button="Deploy",
                flow=deploy_checkpoint_flow, steps_as="deploy"),
+    ActionSpec("fleet_mark", "m", "Mark", "Fleet view: mark or unmark the host under the cursor for a rollout (R)",
+               available=_fleet_shown, show=False),
+    ActionSpec("rollout", "R", "Roll out",
+               "Roll a change out across the marked serving hosts behind the router: canary first, each taken out, "
+               "deployed, gated on acceptance length and tok/s, put back",
+               destructive=True, available=_fleet_and_router, show=False,
+               confirm_title="Roll out across the marked replicas?", confirm_button="Roll out", flow=rollout_flow),
+    ActionSpec("abort_rollout", "X", "Abort rollout",
+               "Stop the running rollout and roll back every replica it changed", available=_has_router,
+               show=False),
     ActionSpec("quit", "q", "Quit", "Leave the console (monitors stop; nothing on the hosts changes)"),
 )
 
