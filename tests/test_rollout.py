@@ -219,20 +219,23 @@ def test_console_killed_while_the_canary_is_held_the_agent_puts_it_back(fleet: L
     before = infos(fleet)
     window = before["serve"]["speculative_draft_window_size"]
     proc = subprocess.Popen([sys.executable, "-m", "specconsole", "deploy", "--config", str(fleet.config_path),
-                             "--hosts", "serve*", "--draft-window", str(window + 8), "--drain-timeout", "4",
+                             "--hosts", "serve*", "--draft-window", str(window + 8), "--drain-timeout", "8",
                              "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
+    seen = []
     for line in proc.stdout:
         ev = json.loads(line)
+        seen.append((round(time.monotonic(), 2), ev["host"], ev["kind"], ev["step"], ev["message"][:80]))
         if ev["host"] == "serve" and ev["step"] == "gate":
             proc.kill()
             killed = time.monotonic()
             break
     proc.wait(10)
     serve_url = serve_fleet.worker_url(fleet, "serve")
-    assert serve_url not in in_router(fleet)  # held out for the gate
+    # held out for the gate (a console slowed by a loaded machine may see its gate step late: the margin)
+    assert serve_url not in in_router(fleet), (time.monotonic() - killed, seen[-30:])
     assert wait_for(lambda: in_router(fleet) == all_urls(fleet), 30, step=0.2)
-    assert time.monotonic() - killed < 4 + 10  # the drain timeout, plus the router's own add job
+    assert time.monotonic() - killed < 8 + 10  # the drain timeout, plus the router's own add job
     after = infos(fleet)
     assert after["serve"]["speculative_draft_window_size"] == window + 8
     assert all(after[n]["startup_time"] == before[n]["startup_time"] for n in NAMES[1:])
