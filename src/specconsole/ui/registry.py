@@ -130,15 +130,14 @@ REGISTRY: tuple[ActionSpec, ...] = (
                destructive=True, available=_has_train_and_serve_host, show=False,
                confirm_title="Deploy and restart SGLang?", confirm_button="Deploy",
                flow=deploy_checkpoint_flow, steps_as="deploy"),
-    ActionSpec("fleet_mark", "m", "Mark", "Fleet view: mark or unmark the host under the cursor for a rollout (R)",
+    ActionSpec("fleet_mark", "m", "Mark", "Fleet view: mark or unmark the host under the cursor (for R)",
                available=_fleet_shown, show=False),
     ActionSpec("rollout", "R", "Roll out",
-               "Roll a change out across the marked serving hosts behind the router: canary first, each taken out, "
-               "deployed, gated on acceptance length and tok/s, put back",
+               "Roll a change out across the marked replicas behind the router (canary first, gated)",
                destructive=True, available=_fleet_and_router, show=False,
                confirm_title="Roll out across the marked replicas?", confirm_button="Roll out", flow=rollout_flow),
     ActionSpec("abort_rollout", "X", "Abort rollout",
-               "Stop the running rollout and roll back every replica it changed", available=_has_router,
+               "Stop the running rollout and roll back what it changed", available=_has_router,
                show=False),
     ActionSpec("quit", "q", "Quit", "Leave the console (monitors stop; nothing on the hosts changes)"),
 )
