@@ -54,10 +54,16 @@ class Board:
         s = self.seen[r.name]
         now = time.time() if now is None else now
         elapsed = "-" if s.since is None else f"{(s.ended or now) - s.since:.1f}s"
-        head = f"{r.name[:8]:8} {r.state[:11]:11} {s.step[:17]:17} {elapsed:>6}  "
+        w = self.name_width
+        head = f"{r.name[:w]:{w}} {r.state[:11]:11} {s.step[:17]:17} {elapsed:>6}  "
         tail = self.gate_text(r) or s.last
         text = head + tail.replace("\n", " ")
         return text if len(text) <= width else text[: width - 1] + "…"
+
+    @property
+    def name_width(self) -> int:
+        """The longest replica name, 8 to 12 columns."""
+        return max(8, min(12, max((len(r.name) for r in self.replicas), default=8)))
 
     def gate_text(self, r: Replica) -> str:
         f, b = r.figures, self.baseline

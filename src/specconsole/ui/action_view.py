@@ -11,7 +11,6 @@ the full history stays in the Events pane and the audit log.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -257,10 +256,11 @@ class ActionPanel(Vertical):
         height = max(6, min(16 if tall else 12, wanted))
         rows = height - 2 - latest_rows - (1 if state else 0)  # inside the border, above the last lines
         steps = self.query_one("#action-steps", Static)
-        if board is not None:  # one line per replica (the scroll shows the ones past the panel's height)
-            head = track.step_lines(now, 1, width=steps.size.width or None)
-            lines = head[-1:] + [escape(line) for line in board.lines(max(20, steps.size.width or 80),
-                                                                         now=time.time())]
+        if board is not None:  # one line per replica (the scroll shows the ones past the panel's height);
+            # the rollout's own step is in the title
+            lines = [escape(line) for line in board.lines(max(20, steps.size.width or 80), now=now)]
+            if track.rows:
+                self.border_title += f" · {escape(track.rows[-1].name)}"
         else:
             lines = track.step_lines(now, rows, width=steps.size.width or None)
         steps.update("\n".join(lines) or "starting…")
