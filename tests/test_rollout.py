@@ -239,3 +239,57 @@ def test_console_killed_while_the_canary_is_held_the_agent_puts_it_back(fleet: L
     after = infos(fleet)
     assert after["serve"]["speculative_draft_window_size"] == window + 8
     assert all(after[n]["startup_time"] == before[n]["startup_time"] for n in NAMES[1:])
+
+
+async def test_console_r_rolls_out_the_marked_replicas_and_x_aborts(fleet: Lab, tmp_path: Path) -> None:
+    """The console: the marked replicas (m), R opens the deploy form (checked on the canary) and its
+    plan, the action view shows one line per replica; X while the second replica deploys rolls back
+    both changed replicas and never touches the third."""
+    import dataclasses
+
+    from textual.widgets import Button, Input
+
+    from specconsole.ui.action_view import ActionPanel
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.deploy_screen import DeployForm
+    from specconsole.ui.fleet_view import FleetTable
+    from specconsole.ui.plan_screen import PlanScreen
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    before = infos(fleet)
+    window = before["serve"]["speculative_draft_window_size"]
+    cfg = load_config(fleet.config_path)
+    cfg = dataclasses.replace(cfg, console=dataclasses.replace(
+        cfg.console, state_dir=str(tmp_path / "state"), audit_log=str(tmp_path / "audit.log")))
+    app = ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(lambda: all(s.reachable for s in app.fleet.statuses()), 90, what="hosts connected",
+                       pilot=pilot)
+        await pilot.press("f")
+        await wait_for(lambda: bool(app.query(FleetTable)) and app.fleet_nav.view is not None
+                       and app.fleet_nav.view.display, 30, what="the fleet view", pilot=pilot)
+        app.query_one(FleetTable).marked = set(NAMES)
+        await pilot.press("R")
+        await wait_for(lambda: isinstance(app.screen, DeployForm), 90, what="the deploy form", pilot=pilot)
+        form = app.screen
+        form.query_one("#deploy-draft_window", Input).value = str(window + 16)
+        form.query_one("#plan", Button).focus()
+        await pilot.press("enter")
+        await wait_for(lambda: isinstance(app.screen, PlanScreen), 90, what="the canary's plan", pilot=pilot)
+        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 30,
+                       what="Cancel focused", pilot=pilot)
+        await pilot.press("tab", "enter")
+        panel = app.query_one(ActionPanel)
+        await wait_for(lambda: panel.board is not None and panel.board.replicas[1].state == "deploying", 120,
+                       what="the second replica deploying", pilot=pilot)
+        screen = app.screen_text()
+        assert all(name in screen for name in NAMES) and "promoted" in screen
+        await pilot.press("X")
+        await wait_for(lambda: panel.track is not None and panel.track.finished, 180, what="the rollout to end",
+                       pilot=pilot)
+        assert panel.track is not None and not panel.track.ok
+        assert [r.state for r in panel.board.replicas] == ["rolled back", "rolled back", "untouched"]
+    after = infos(fleet)
+    assert all(after[n]["speculative_draft_window_size"] == window for n in NAMES)
+    assert after["serve3"]["startup_time"] == before["serve3"]["startup_time"]
+    assert wait_for(lambda: in_router(fleet) == all_urls(fleet), 30)
