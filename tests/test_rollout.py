@@ -60,10 +60,12 @@ def all_urls(lab: Lab) -> list[str]:
 
 
 async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent, asyncio.Event], None] | None = None,
-              gate: str | None = None) -> tuple[rollout.RolloutOutcome, list[StepEvent]]:
+              gate: str | None = None, canary_wait_s: float | None = None
+              ) -> tuple[rollout.RolloutOutcome, list[StepEvent]]:
     config = load_config(lab.config_path)
     chosen = rollout.select(config, "serve*")
-    opts = rollout.options(config, request, gate=gate, canary_wait_s=None, drain_timeout_s=None, operator="test")
+    opts = rollout.options(config, request, gate=gate, canary_wait_s=canary_wait_s, drain_timeout_s=None,
+                           operator="test")
     hosts = [SshHost(c) for c in chosen]
     events: list[StepEvent] = []
     abort = asyncio.Event()
@@ -95,7 +97,7 @@ async def test_window_16_to_32_promotes_all_three_under_load(fleet: Lab) -> None
     assert {i["speculative_draft_window_size"] for i in infos(fleet).values()} == {16}
     assert in_router(fleet) == all_urls(fleet)
     with RouterLoad(serve_fleet.router_url(fleet), concurrency=3) as load:
-        out, events = await run(fleet, DeployRequest(draft_window=32, health_timeout_s=60))
+        out, events = await run(fleet, DeployRequest(draft_window=32, health_timeout_s=60), canary_wait_s=1.0)
         stats = load.stop()
     assert out.ok, out.message
     assert stats.sent > 50 and stats.failed == 0, stats.line()
@@ -112,6 +114,9 @@ async def test_window_16_to_32_promotes_all_three_under_load(fleet: Lab) -> None
     rejoin = next(e.at for e in events if e.host == "serve" and e.step == "rejoin the router")
     leave2 = next(e.at for e in events if e.host == "serve2" and e.step == "leave the router")
     assert rejoin < leave2
+    # --canary-wait: held on the canary with its live figures, between the two
+    held = [e for e in events if e.step == "canary wait"]
+    assert held and rejoin < held[0].at < leave2 and any("live: " in e.message and "tok/s" in e.message for e in held)
     result = [e.message for e in events if e.step == "result" and e.kind == "info"]
     assert len(result) == 3 and all("serves DFLASH window 32" in m and "in the router" in m for m in result)
     assert longest_silence(events) < 3.0  # the promise is 1 s; a loaded 2-core machine gets margin
@@ -282,8 +287,8 @@ async def test_console_r_rolls_out_the_marked_replicas_and_x_aborts(fleet: Lab, 
         panel = app.query_one(ActionPanel)
         await wait_for(lambda: panel.board is not None and panel.board.replicas[1].state == "deploying", 120,
                        what="the second replica deploying", pilot=pilot)
-        screen = app.screen_text()
-        assert all(name in screen for name in NAMES) and "promoted" in screen
+        await wait_for(lambda: all(f"{n} " in app.screen_text() for n in NAMES) and "promoted" in app.screen_text(),
+                       30, what="one line per replica on screen", pilot=pilot)
         await pilot.press("X")
         await wait_for(lambda: panel.track is not None and panel.track.finished, 180, what="the rollout to end",
                        pilot=pilot)

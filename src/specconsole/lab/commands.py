@@ -43,6 +43,9 @@ def add_lab_parsers(sub: Any) -> None:
                     help=f"the serving host's simulated SGLang: {DDTREE_VERSION} (default: the DDTree build, "
                          f"which also offers DFLASH), or {BASE_VERSION}")
     de.add_argument("--no-console", action="store_true", help="start the lab only and wait (Ctrl-C stops it)")
+    de.add_argument("--serve", type=option_type(Replicas, "--serve"), default=1, metavar="N",
+                    help="serving replicas: N >= 2 runs serve .. serveN behind a real sglang-router (m marks them in "
+                         "the fleet view, R rolls a change out)")
 
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
@@ -75,8 +78,8 @@ def _demo(args: argparse.Namespace) -> int:
     lab_dir = Path(args.dir).expanduser() if args.dir else default_demo_dir()
     # the DDTree build (sgl-project/sglang PR #29907): the operator's "z-lab DDTree, up to 16 draft
     # tokens" can be deployed; it offers DFLASH and the others as 0.5.23 does
-    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup, sglang_version=args.sglang_version),
-              say=_say)
+    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup, sglang_version=args.sglang_version,
+                                  serve=args.serve), say=_say)
     if lab.state.hosts:
         owner = lab.state.owner_pid
         if owner_alive(owner) and owner != os.getpid():
