@@ -294,7 +294,7 @@ async def test_console_r_rolls_out_the_marked_replicas_and_x_aborts(fleet: Lab, 
                        pilot=pilot)
         assert panel.track is not None and not panel.track.ok
         assert [r.state for r in panel.board.replicas] == ["rolled back", "rolled back", "untouched"]
-    after = infos(fleet)
-    assert all(after[n]["speculative_draft_window_size"] == window for n in NAMES)
+    after = infos(fleet)  # each back on what it served before (the replicas need not agree)
+    assert all(after[n]["speculative_draft_window_size"] == before[n]["speculative_draft_window_size"] for n in NAMES)
     assert after["serve3"]["startup_time"] == before["serve3"]["startup_time"]
     assert wait_for(lambda: in_router(fleet) == all_urls(fleet), 30)
