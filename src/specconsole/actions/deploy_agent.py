@@ -19,9 +19,12 @@ request has a total deadline. Only one agent runs per deploy (an flock on ``agen
 so the console may start it again after a dropped connection. The agent keeps the last
 KEEP_WORKDIRS deploy folders under ``.specconsole/`` and removes older ones.
 
-The agent is two files, uploaded together into the deploy's work folder: this one (as
-``agent.py``) and :mod:`specconsole.actions.deploy_agent_watch` (under its own name), which it
-imports as a sibling there (a script's folder is on ``sys.path``) and from the package here.
+The agent is three files, uploaded together into the deploy's work folder: this one (as
+``agent.py``), :mod:`specconsole.actions.deploy_agent_watch` and
+:mod:`specconsole.actions.deploy_agent_router` (under their own names), which it imports as
+siblings there (a script's folder is on ``sys.path``) and from the package here. A rollout's plan
+has a ``router`` section: the agent then also takes the replica out of the router and drains it
+before the change, holds it for the gate's verdict and puts it back (deploy_agent_router).
 
 Run: ``python3 agent.py PLAN.json PROGRESS.jsonl`` (with ``deploy_agent_watch.py`` beside it)
 """
