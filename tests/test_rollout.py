@@ -60,11 +60,11 @@ def all_urls(lab: Lab) -> list[str]:
 
 
 async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent, asyncio.Event], None] | None = None,
-              gate: str | None = None, canary_wait_s: float | None = None
+              gate: str | None = None, canary_wait_s: float | None = None, drain_timeout_s: float | None = None
               ) -> tuple[rollout.RolloutOutcome, list[StepEvent]]:
     config = load_config(lab.config_path)
     chosen = rollout.select(config, "serve*")
-    opts = rollout.options(config, request, gate=gate, canary_wait_s=canary_wait_s, drain_timeout_s=None,
+    opts = rollout.options(config, request, gate=gate, canary_wait_s=canary_wait_s, drain_timeout_s=drain_timeout_s,
                            operator="test")
     hosts = [SshHost(c) for c in chosen]
     events: list[StepEvent] = []
@@ -138,6 +138,23 @@ async def test_weaker_draft_fails_the_gate_on_the_canary_and_is_rolled_back(flee
     assert in_router(fleet) == all_urls(fleet)
     lines = [e.message for e in events if e.step == "result" and e.kind == "info"]
     assert any(m.startswith("serve: rolled back; serves DFLASH") for m in lines), lines
+
+
+async def test_a_failed_gate_after_the_hold_timed_out_still_rolls_the_canary_back(fleet: Lab) -> None:
+    """A gate slower than the drain timeout: the agent stopped holding and put the canary back on the
+    new (weak) draft before the verdict; the rollout sees that and restores it anyway."""
+    before = infos(fleet)
+    weak = serve_fleet.models_dir(fleet) / WEAK_DRAFT_MODEL
+    out, events = await run(fleet, DeployRequest(draft_model=str(weak), health_timeout_s=60), drain_timeout_s=0.05)
+    assert not out.ok and "gate FAILED" in out.message
+    assert out.replicas[0].verdict_seen == "timeout"
+    assert any("before the verdict arrived" in e.message for e in events)
+    restores = [e for e in events if e.host == "serve" and e.kind == "step" and "restoring the previous" in e.message]
+    assert len(restores) == 1  # the halt's restore run (the agent had put it back as it was)
+    after = infos(fleet)
+    assert after["serve"]["speculative_draft_model_path"] == before["serve"]["speculative_draft_model_path"]
+    assert all(after[n]["startup_time"] == before[n]["startup_time"] for n in NAMES[1:])
+    assert in_router(fleet) == all_urls(fleet)
 
 
 async def test_crash_looping_config_rolls_back_the_canary(fleet: Lab) -> None:

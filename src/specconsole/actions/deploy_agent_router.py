@@ -68,6 +68,7 @@ class RouterLink:
         self.url = str(cfg["url"]).rstrip("/")
         self.worker = str(cfg["worker_url"]).rstrip("/")
         self.removed = False
+        self.verdict = ""  # what the hold ended with: promote, rollback ..., timeout (the final event says it)
 
     # -- the router's worker API ------------------------------------------------------------
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
@@ -162,7 +163,7 @@ class RouterLink:
             return rc
         a = self.agent
         if outcome == "deployed" and self.cfg.get("hold"):
-            verdict = self.wait_verdict()
+            verdict = self.verdict = self.wait_verdict()
             if verdict.startswith("rollback"):
                 reason = verdict[len("rollback"):].strip() or "the rollout's quality gate failed"
                 existed = os.path.exists(os.path.join(a.plan["workdir"], "backup.conf"))
@@ -217,9 +218,10 @@ class RouterLink:
 
         if self._until("waiting for the router to list the worker healthy", healthy, ROUTER_JOB_S):
             a.step = ""
-            a.emit("final", f"{self.worker} is back in the router {self.url}", outcome="in_router", phase="router")
+            a.emit("final", f"{self.worker} is back in the router {self.url}", outcome="in_router", phase="router",
+                   verdict=self.verdict)
         else:
             a.step = ""
             a.emit("final", f"{self.worker} is NOT back in the router {self.url} after {ROUTER_JOB_S:g}s (last: "
                    f"HTTP {status}); add it: curl -X POST {self.url}/workers -d '{{\"url\": \"{self.worker}\"}}'",
-                   outcome="out_of_router", phase="router")
+                   outcome="out_of_router", phase="router", verdict=self.verdict)

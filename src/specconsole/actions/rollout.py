@@ -54,6 +54,8 @@ class Replica:
     changed: bool = False    # runs the new config now (promoted, or held before the verdict)
     serves: str = ""
     in_router: bool | None = None
+    #: what the agent's hold ended with (promote, rollback ..., timeout: no verdict in time)
+    verdict_seen: str = ""
 
     @property
     def name(self) -> str:
@@ -206,21 +208,27 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
         steps.warn(f"could not write the verdict ({res.stderr.strip()[:120]}); the agent puts {r.name} back "
                    f"after {opts.drain_timeout_s:g}s")
     final = await _rejoin(r, plan, steps, outcome)
+    r.verdict_seen = str(final.events[-1].get("verdict", "")) if final.events else ""
+    if not verdict.passed and r.verdict_seen == "timeout":  # the agent stopped waiting and put it back as it is
+        steps.warn(f"{r.name} went back into the router on the new config before the verdict arrived (the gate "
+                   f"took longer than the drain timeout {opts.drain_timeout_s:g}s); the halt rolls it back")
+        _set(r, steps, "failed")
+        raise Halt(f"{r.name}: {verdict.line}")
     if verdict.passed:
         _set(r, steps, "promoted")
-        steps.done(f"{r.name} promoted: {plan.summary()}; {final}")
+        steps.done(f"{r.name} promoted: {plan.summary()}; {final.message}")
         return
     r.changed = False
     _set(r, steps, "rolled back")
     raise Halt(f"{r.name}: {verdict.line}")
 
 
-async def _rejoin(r: Replica, plan: DeployPlan, steps: Steps, outcome: DeployOutcome) -> str:
+async def _rejoin(r: Replica, plan: DeployPlan, steps: Steps, outcome: DeployOutcome) -> DeployOutcome:
     """Follow the agent to its router event (back in the router, or why not)."""
     after = max((int(e.get("seq", 0)) for e in outcome.events), default=0)
     res = await follow(r.host, plan, f"{plan.workdir}/progress.jsonl", steps, after=after)
     r.in_router = res.outcome == "in_router"
-    return res.message
+    return res
 
 
 async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> None:
