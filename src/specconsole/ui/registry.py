@@ -80,9 +80,6 @@ class ActionSpec:
     destructive: bool = False
     available: Availability = _always
     show: bool = True  # in the footer
-    #: Confirm dialog title and button for destructive actions.
-    confirm_title: str = ""
-    confirm_button: str = ""
     flow: Flow | None = None
     #: the action name the flow's step events carry, when not the id
     steps_as: str = ""
@@ -110,16 +107,13 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("kill_training", "k", "Kill training",
                "Stop the training job (torchrun and all workers) after confirmation",
                destructive=True, available=_has_train_host,
-               confirm_title="Kill the training job?", confirm_button="Kill training",
                flow=kill_training_flow, steps_as="kill-training"),
     ActionSpec("deploy", "d", "Deploy",
                "Deploy a draft model / speculative settings to SGLang (restarts it) after confirmation",
-               destructive=True, available=_has_serve_host,
-               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy", flow=deploy_flow),
+               destructive=True, available=_has_serve_host, flow=deploy_flow),
     ActionSpec("deploy_checkpoint", "D", "Deploy checkpoint",
                "Open the deploy wizard with the checkpoint selected in the training pane as the draft model",
                destructive=True, available=_has_train_and_serve_host, show=False,
-               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy",
                flow=deploy_checkpoint_flow, steps_as="deploy"),
     ActionSpec("quit", "q", "Quit", "Leave the console (monitors stop; nothing on the hosts changes)"),
 )
