@@ -26,6 +26,7 @@ from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
+from specconsole.sources.sglang import ServerState
 
 T0 = sd.FROZEN_NOW
 DEFAULTS = {r.name: r for r in DEFAULT_RULES}
@@ -46,7 +47,8 @@ def fresh(statuses: list[HostStatus], now: float, **changes: Any) -> list[HostSt
                               gpu.processes, at=now)
         training = sglang = None
         if s.training is not None:
-            training = Sample(replace(s.training.value, **{"state": "running", **changes.get("training", {})}), now, 1.0)
+            wanted = {"state": "running", **changes.get("training", {})}
+            training = Sample(replace(s.training.value, **wanted), now, 1.0)
         if s.sglang is not None:
             v = s.sglang.value
             metrics = replace(v.metrics, **changes.get("metrics", {})) if v.metrics else None
@@ -56,7 +58,7 @@ def fresh(statuses: list[HostStatus], now: float, **changes: Any) -> list[HostSt
     return out
 
 
-def run(engine: AlertEngine, start: float, stop: float, step: float = 1.0, **changes: Any) -> list[tuple[float, dict]]:
+def run(engine: AlertEngine, start: float, stop: float, step: float = 1.0, **changes: Any) -> list[tuple[float, dict[str, Any]]]:
     """Evaluate every ``step`` s from ``start`` to ``stop`` (inclusive); the events, with their times."""
     base = sd.sample_statuses(T0)
     out = []
@@ -77,10 +79,11 @@ def only(name: str, **kwargs: Any) -> AlertEngine:
     ("loss-not-finite", {"training": {"loss": math.nan}}, {"training": {"loss": 0.5}}, "train"),
     ("gpu-idle-while-training", {"gpu_util": 1.0}, {"gpu_util": 90.0}, "train"),
     ("host-down", {"train_conn": ConnState.RECONNECTING}, {}, "train"),
-    ("sglang-unhealthy", {"sglang": {"state": sd.ServerState.HUNG}}, {}, "serve"),
+    ("sglang-unhealthy", {"sglang": {"state": ServerState.HUNG}}, {}, "serve"),
     ("acceptance-collapsed", {"metrics": {"spec_accept_length": 2.0}}, {}, "serve"),
 ])
-def test_every_shipped_rule_fires_once_after_its_duration_and_resolves(rule, bad, good, host) -> None:
+def test_every_shipped_rule_fires_once_after_its_duration_and_resolves(
+        rule: str, bad: dict[str, Any], good: dict[str, Any] | None, host: str) -> None:
     duration = DEFAULTS[rule].for_s or 0.0
     engine = only(rule, baseline=lambda _s: 6.0)
     assert run(engine, T0, T0 + 5, **(good or {})) == []  # healthy: nothing
@@ -92,7 +95,8 @@ def test_every_shipped_rule_fires_once_after_its_duration_and_resolves(rule, bad
     assert set(fired) - {"level", "source"} == KEYS and fired["source"] == "alert"
     assert fired["alert"] == rule and fired["host"] == host and fired["level"] == DEFAULTS[rule].level
     assert "\n" not in fired["message"] and rule in fired["message"]
-    assert engine.worst() is not None and engine.worst().rule == rule
+    worst = engine.worst()
+    assert worst is not None and worst.rule == rule
     after = start + duration + 31
     recovery = good if good is not None else {"training": {"step": 900}}
     resolved = run(engine, after, after + 2, **recovery)  # (a stalled step moves on: 500 -> 900)
@@ -198,7 +202,8 @@ def test_config_ships_the_defaults_and_lets_a_table_change_or_drop_one() -> None
 
 
 @pytest.mark.parametrize(("alerts", "alerting", "words"), [
-    ([{"name": "mine", "for_s": 3}], {}, "alerts[0] (mine).when: 'mine' is not a shipped rule, so it needs a condition"),
+    ([{"name": "mine", "for_s": 3}], {},
+     "alerts[0] (mine).when: 'mine' is not a shipped rule, so it needs a condition"),
     ([{"name": "hot", "when": "gpu.tmp > 1"}], {}, "alerts[0] (hot).when: unknown figure 'gpu.tmp'"),
     ([{"name": "hot", "when": "open('/etc/passwd')"}], {}, "alerts[0] (hot).when: unknown function 'open'"),
     ([{"name": "hot", "when": "gpu.util > 1", "for_s": -1}], {}, "alerts[0] (hot).for_s: must be >= 0"),
@@ -208,7 +213,8 @@ def test_config_ships_the_defaults_and_lets_a_table_change_or_drop_one() -> None
     ([], {"webhook": "ftp://x"}, "alerting.webhook: not an http(s) URL"),
     ([], {"webhook_timeout_s": 0}, "alerting.webhook_timeout_s: must be"),
 ])
-def test_a_bad_rule_is_one_line_naming_the_rule_and_the_fix(alerts, alerting, words) -> None:
+def test_a_bad_rule_is_one_line_naming_the_rule_and_the_fix(
+        alerts: list[dict[str, Any]], alerting: dict[str, Any], words: str) -> None:
     with pytest.raises(ConfigError) as err:
         config(*alerts, **alerting)
     text = str(err.value)
@@ -225,7 +231,8 @@ def run_of(run_id: str, algorithm: str, accept: float, created: str, kind: str =
 
 def test_the_eval_baseline_is_the_newest_measured_run_of_the_served_algorithm(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
-    for run_ in (run_of("old", "DFLASH", 3.0, "2026-01-01T00:00:00Z"), run_of("new", "DFLASH", 5.0, "2026-02-01T00:00:00Z"),
+    for run_ in (run_of("old", "DFLASH", 3.0, "2026-01-01T00:00:00Z"),
+                 run_of("new", "DFLASH", 5.0, "2026-02-01T00:00:00Z"),
                  run_of("eagle", "EAGLE", 2.0, "2026-03-01T00:00:00Z"),
                  run_of("zlab", "DFLASH", 9.0, "2026-04-01T00:00:00Z", kind="published")):
         store.save(run_)
