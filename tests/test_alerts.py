@@ -58,7 +58,8 @@ def fresh(statuses: list[HostStatus], now: float, **changes: Any) -> list[HostSt
     return out
 
 
-def run(engine: AlertEngine, start: float, stop: float, step: float = 1.0, **changes: Any) -> list[tuple[float, dict[str, Any]]]:
+def run(engine: AlertEngine, start: float, stop: float, step: float = 1.0,
+        **changes: Any) -> list[tuple[float, dict[str, Any]]]:
     """Evaluate every ``step`` s from ``start`` to ``stop`` (inclusive); the events, with their times."""
     base = sd.sample_statuses(T0)
     out = []
