@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 
 from specconsole.alerts.expr import Memory, evaluate, value_of
 from specconsole.alerts.figures import Baseline, figures, source_of
-from specconsole.alerts.rules import AlertLevel, AlertRule, Rule, compile_rules
+from specconsole.alerts.rules import DEFAULT_RULES, AlertLevel, AlertRule, Rule, compile_rules
 from specconsole.events import Event, EventLog
 from specconsole.values import printable
 
 if TYPE_CHECKING:
+    from specconsole.config import Config
     from specconsole.monitor import HostStatus
 
 SOURCE = "alert"
@@ -65,6 +66,13 @@ class AlertEngine:
         self._states: dict[tuple[str, str], _State] = {}
         self._samples: dict[str, tuple[object, object, object]] = {}  # host -> samples last seen
         self._wants_baseline = any("eval.accept_len" in r.condition.figures for r in self.rules)
+
+    @classmethod
+    def for_config(cls, config: Config, events: EventLog | None = None,
+                   baseline: Baseline | None = None) -> AlertEngine:
+        """The engine of ``config``'s rules (a Config made in code, not read from a file: the shipped ones)."""
+        rules = config.alerts if config.alerts is not None else DEFAULT_RULES if config.alerting.defaults else ()
+        return cls(rules, events, baseline)
 
     @property
     def active(self) -> list[Alert]:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (config reads FIGURES: this module imports nothing of the console at run time)
-    from specconsole.samples import Sample
     from specconsole.monitor import HostStatus
+    from specconsole.samples import Sample
 
 #: figure name -> what it is (the README's list and the config's "unknown figure" fix)
 FIGURES: dict[str, str] = {
