@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
 from specconsole.alerts.expr import Condition, ExprError, parse
-from specconsole.alerts.figures import FIGURES
+from specconsole.alerts.names import FIGURES
 from specconsole.validation import Invalid, Text, num, text
 
 AlertLevel = Literal["warning", "error"]
