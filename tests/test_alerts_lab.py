@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
+import signal
 import subprocess
 import sys
 import time
@@ -133,3 +135,79 @@ async def test_a_hanging_webhook_never_slows_the_watch_loop(alert_lab: Lab, tmp_
     assert receiver.posts == 1  # the one POST still hangs: nothing else was sent
     assert len(window) >= 4 / TICK_S - 2 and max(gaps) < TICK_S + 0.35, gaps
     assert dropped, "a full queue says that it drops"
+
+
+TMUX_SCRIPT = """
+import asyncio, math, sys
+from dataclasses import replace
+sys.path.insert(0, {tests!r})
+import sample_data as sd
+from specconsole.alerts.delivery import AlertDelivery
+from specconsole.alerts.engine import AlertEngine
+from specconsole.alerts.rules import AlertRule, Alerting
+from specconsole.events import EventLog
+from specconsole.samples import Sample
+
+async def main():
+    log = EventLog()
+    AlertDelivery(Alerting(bell=False), log)  # $TMUX and $TMUX_PANE: this pane's
+    train, serve = sd.sample_statuses(sd.FROZEN_NOW)
+    nan = replace(train, training=Sample(replace(train.training.value, loss=math.nan), sd.FROZEN_NOW, 1.0))
+    rule = AlertRule(name="loss-not-finite", when="not finite(training.loss)", for_s=0, level="error",
+                     summary="loss diverged #(touch {mark})")
+    AlertEngine([rule], log).evaluate([nan, serve], sd.FROZEN_NOW)
+    await asyncio.sleep(30)
+
+asyncio.run(main())
+"""
+
+
+def test_inside_tmux_the_alert_is_displayed_in_the_consoles_own_session(tmp_path: Path, lab_parts: None) -> None:
+    """A real tmux server with a client attached (through ``script``): the pane's alert reaches the
+    client as a display-message, a ``#(...)`` in it is shown, never run."""
+    tests, mark = Path(__file__).resolve().parent, tmp_path / "ran"
+    script = tmp_path / "alert.py"
+    script.write_text(TMUX_SCRIPT.format(tests=str(tests), mark=str(mark)))
+    sock = f"sc-alerts-{tmp_path.name}"
+    tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
+    subprocess.run([*tmux, "new-session", "-d", "-s", "console", "-x", "100", "-y", "30"], check=True, timeout=30)
+    client = subprocess.Popen(["script", "-qfc", f"tmux -L {sock} attach -t console", "/dev/null"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def clients() -> list[str]:
+            out = subprocess.run([*tmux, "list-clients", "-F", "#{client_name}"], capture_output=True, text=True)
+            return out.stdout.split()
+
+        assert wait_for(clients, 20), "the tmux client did not attach"
+        subprocess.run([*tmux, "send-keys", "-t", "console", f"{sys.executable} {script}", "Enter"], check=True)
+
+        def messages() -> str:
+            out = subprocess.run([*tmux, "show-messages", "-t", clients()[0]], capture_output=True, text=True)
+            return out.stdout
+
+        shown = "message: loss-not-finite firing on train: loss diverged #(touch"
+        assert wait_for(lambda: shown in messages(), 60), messages()
+        assert not mark.exists()
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
+        client.kill()
+        client.wait(10)
+
+
+def test_status_watch_alerts_prints_json_lines_headless(alert_lab: Lab, tmp_path: Path) -> None:
+    """The real command: ``specconsole status --watch --alerts --json`` prints its rules, then each alert
+    as the webhook's JSON; ended by SIGINT like an operator's Ctrl-C."""
+    config = lab_config(alert_lab, tmp_path, "", '[[alerts]]\nname = "stepping"\nwhen = "training.step > 0"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "specconsole", "status", "--config", config.path, "--watch",
+                             "--alerts", "--json", "--interval", "0.5"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        header = proc.stdout.readline()
+        line = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    assert header.startswith("alerts: 1 rules (stepping) on 2 hosts, every 0.5 s")
+    fired = json.loads(line)
+    assert fired["alert"] == "stepping" and fired["host"] == "train" and fired["state"] == "firing"
+    assert fired["value"] > 0 and fired["level"] == "warning"
