@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -241,3 +241,13 @@ def test_the_eval_baseline_is_the_newest_measured_run_of_the_served_algorithm(tm
     assert EvalBaseline(store)(serve) == 5.5
     assert EvalBaseline(ResultStore(tmp_path / "none"))(serve) is None
     assert EvalBaseline(store)(sd.sample_statuses(T0)[0]) is None  # no SGLang: no baseline
+
+
+async def test_status_alerts_without_watch_is_one_line() -> None:
+    from specconsole.errors import SpecConsoleError
+    from specconsole.status_watch import print_status
+
+    with pytest.raises(SpecConsoleError) as err:
+        await print_status(cast(Any, None), as_json=False, watch=False, interval=1.0, timeout=0, alerts=True)
+    assert str(err.value) == ("status --alerts: alerts need time to fire "
+                              "(fix: specconsole status --watch --alerts)")

@@ -27,7 +27,7 @@ from specconsole.lab.environment import Lab, LabOptions
 from specconsole.monitor import Fleet
 from specconsole.status_watch import print_status
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("alerts-lab")]  # one module lab per run
 STALL_S = 3.0
 TICK_S = 0.25
 
