@@ -5,8 +5,10 @@ receiver never blocks, a full queue drops the oldest and says so); tmux's comman
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -123,3 +125,42 @@ async def test_tmux_gets_the_console_pane_and_no_format_to_run() -> None:
     assert inside.tmux is not None and inside.tmux.shown == [
         "loss-not-finite firing on train: training loss is NaN or infinite"]
     await asyncio.sleep(0)
+
+
+@pytest.mark.serial  # asserts a time bound
+async def test_a_hanging_webhook_never_slows_the_consoles_redraws(tmp_path: Path) -> None:
+    """The console redraws every 0.25 s while an alert fires and resolves at every redraw and the
+    webhook receiver never answers: the redraws keep their rhythm, the queue drops the oldest."""
+    now = sd.FROZEN_NOW
+    fleet = sd.sample_fleet(now)
+    with Receiver(hang=True) as receiver:
+        config = replace(sd.sample_config(str(tmp_path / "state"), refresh_s=0.25),
+                         alerting=Alerting(webhook=receiver.url, webhook_timeout_s=60, webhook_retries=0,
+                                           webhook_queue=4, bell=False, tmux=False),
+                         alerts=tuple(NAN_RULE))
+        app = ConsoleApp(config, fleet=fleet, clock=lambda: now, themes=load_themes([BUNDLED_DIR]))
+        ticks: list[float] = []
+        tick = app.alerts.tick
+
+        def timed(statuses: Iterable[HostStatus], now: float) -> None:
+            ticks.append(time.monotonic())
+            tick(statuses, now)
+
+        app.alerts.tick = timed  # type: ignore[method-assign]  # timed, then as before
+        async with app.run_test(size=(100, 30)) as pilot:
+            fleet.set(with_loss(math.nan))
+            await wait_for(lambda: receiver.posts == 1, 10, what="a POST hanging at the receiver", pilot=pilot)
+            start, flips = time.monotonic(), 0
+            while time.monotonic() - start < 3.0:
+                fleet.set(with_loss(math.nan if flips % 2 == 0 else 0.5))  # a redraw: fires, then resolves
+                flips += 1
+                await pilot.pause(0.15)
+            window = [t for t in ticks if t >= start]
+            sender = app.alerts.delivery.webhook
+            assert sender is not None
+            dropped, posts = sender.dropped, receiver.posts
+    gaps = [b - a for a, b in itertools.pairwise(window)]
+    print(f"\nconsole redraws while the webhook hangs: {len(window)} in 3 s, longest gap {max(gaps):.3f} s "
+          f"(refresh 0.25 s); {flips} alert changes, {dropped} dropped, {posts} POST in flight")
+    assert posts == 1 and dropped > 0
+    assert max(gaps) < 0.25 + 0.35, gaps
