@@ -1,7 +1,8 @@
 """Alerts: rules over each host's figures, an engine that fires and resolves them, and their delivery.
 
 - :mod:`.expr`: the condition language (a checked Python expression subset, walked, never ``eval``'d)
-- :mod:`.names`, :mod:`.figures`: the figures a condition reads (their names; their values) from one :class:`~specconsole.monitor.HostStatus`
+- :mod:`.names`, :mod:`.figures`: the figures a condition reads (their names; their values) from
+  one :class:`~specconsole.monitor.HostStatus`
 - :mod:`.rules`: ``[[alerts]]``, ``[alerting]`` and the shipped rules
 - :mod:`.engine`: :class:`~.engine.AlertEngine`, pure (the clock is passed in); each firing and
   resolving is an :class:`~specconsole.events.Event` with ``source="alert"``

@@ -34,9 +34,7 @@ unknown never fires.
 from __future__ import annotations
 
 import ast
-import difflib
 import math
-import statistics
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -128,6 +126,8 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         name = figure_name(node)
         if name is None or name not in self.known:
+            import difflib  # only for the error: not on the config's import path
+
             close = difflib.get_close_matches(_shown(node), list(self.known), n=1)
             raise ExprError(f"unknown figure {_shown(node)!r}" + (f" (did you mean {close[0]}?)" if close else ""),
                             f"use one of {', '.join(sorted(self.known))}")
@@ -303,7 +303,7 @@ class _Eval:
             points.append((self.now, float(arg)))
         while points and points[0][0] < self.now - window:
             points.popleft()
-        return statistics.median(v for _, v in points) if points else None
+        return _median([v for _, v in points]) if points else None
 
 
 def _number(v: object) -> bool:
@@ -320,3 +320,9 @@ def _or(values: list[Any]) -> bool | None:
     if any(v is not None and v for v in values):
         return True
     return None if any(v is None for v in values) else False
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
