@@ -79,6 +79,9 @@ class Condition:
     #: the figure (or number) an alert reports as its value: a comparison's left side, else the
     #: first function's argument, else None
     value_node: ast.expr | None = None
+    #: the tree compiled to closures (:func:`_compile`): what :func:`evaluate` runs
+    run: Callable[[_Ctx], Any] = field(default=lambda _c: None, repr=False, compare=False)
+    value_run: Callable[[_Ctx], Any] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -102,8 +105,10 @@ def parse(text: str, known: Mapping[str, object]) -> Condition:
                         'write e.g. "training.running and unchanged(training.step)"') from None
     checker = _Checker(known)
     checker.visit(tree)
+    value_node = _value_node(tree)
     return Condition(text=text, tree=tree, figures=tuple(dict.fromkeys(checker.figures)),
-                     window_s=checker.window_s, value_node=_value_node(tree))
+                     window_s=checker.window_s, value_node=value_node, run=_compile(tree),
+                     value_run=_compile(value_node, stateless=True) if value_node is not None else None)
 
 
 def figure_name(node: ast.AST) -> str | None:
@@ -220,90 +225,140 @@ def _value_node(tree: ast.expr) -> ast.expr | None:
 Figures = Mapping[str, object]
 
 
+@dataclass
+class _Ctx:
+    figures: Figures
+    memory: Memory
+    now: float
+    fresh: Callable[[str], bool]
+
+
 def evaluate(cond: Condition, figures: Figures, memory: Memory, now: float,
              fresh: Callable[[str], bool] = lambda _name: True) -> bool | None:
     """The condition's truth on ``figures`` (None: unknown). ``fresh(name)``: the figure comes from
     a sample ``median`` has not counted yet (each sample is counted once)."""
-    result = _Eval(figures, memory, now, fresh).value(cond.tree)
+    result = cond.run(_Ctx(figures, memory, now, fresh))
     return None if result is None else bool(result)
 
 
 def value_of(cond: Condition, figures: Figures, *, whole: bool = False) -> float | None:
     """The number an alert of ``cond`` reports (finite, else None): its :attr:`~Condition.value_node`,
     or with ``whole`` the whole expression (a rule's own ``value``)."""
-    node = cond.tree if whole else cond.value_node
-    if node is None:
+    run = cond.run if whole else cond.value_run
+    if run is None:
         return None
-    v = _Eval(figures, Memory(), 0.0, lambda _n: False).value(node, stateless=True)
+    v = run(_Ctx(figures, Memory(), 0.0, lambda _n: False))
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         return None
     return float(v)
 
 
-class _Eval:
-    def __init__(self, figures: Figures, memory: Memory, now: float, fresh: Callable[[str], bool]) -> None:
-        self.figures, self.memory, self.now, self.fresh = figures, memory, now, fresh
+Compiled = Callable[[_Ctx], Any]
 
-    def value(self, node: ast.expr, stateless: bool = False) -> Any:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Attribute):
-            return self.figures.get(figure_name(node) or "")
-        if isinstance(node, ast.Name):
-            return _BOOLS.get(node.id)
-        if isinstance(node, ast.Tuple | ast.List):
-            return tuple(e.value for e in node.elts if isinstance(e, ast.Constant))
-        if isinstance(node, ast.BoolOp):  # every operand evaluated: unchanged() must see each tick
-            return _and([self.value(v) for v in node.values]) if isinstance(node.op, ast.And) \
-                else _or([self.value(v) for v in node.values])
-        if isinstance(node, ast.UnaryOp):
-            v = self.value(node.operand)
-            if v is None:
+
+def _compile(node: ast.expr, stateless: bool = False) -> Compiled:
+    """``node`` (checked by :class:`_Checker`) as a closure over a :class:`_Ctx`: the tree is walked
+    once, here, not at every evaluation. ``stateless``: unchanged() and median() give None (an
+    alert's reported value must not touch the rule's memory)."""
+    if isinstance(node, ast.Constant):
+        const = node.value
+        return lambda _c: const
+    if isinstance(node, ast.Name):
+        flag = _BOOLS.get(node.id)
+        return lambda _c: flag
+    if isinstance(node, ast.Attribute):
+        name = figure_name(node) or ""
+        return lambda c: c.figures.get(name)
+    if isinstance(node, ast.Tuple | ast.List):
+        items = tuple(e.value for e in node.elts if isinstance(e, ast.Constant))
+        return lambda _c: items
+    if isinstance(node, ast.BoolOp):  # every operand evaluated: unchanged() must see each tick
+        parts = [_compile(v, stateless) for v in node.values]
+        combine = _and if isinstance(node.op, ast.And) else _or
+        return lambda c: combine([p(c) for p in parts])
+    if isinstance(node, ast.UnaryOp):
+        operand = _compile(node.operand, stateless)
+        if isinstance(node.op, ast.Not):
+            return lambda c: None if (v := operand(c)) is None else not v
+        return lambda c: -v if _number(v := operand(c)) else None
+    if isinstance(node, ast.BinOp):
+        op, left, right = _BIN[type(node.op)], _compile(node.left, stateless), _compile(node.right, stateless)
+
+        def binop(c: _Ctx) -> Any:
+            a, b = left(c), right(c)
+            return op(a, b) if _number(a) and _number(b) else None
+
+        return binop
+    if isinstance(node, ast.Compare):
+        return _compile_compare(node, stateless)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return _compile_call(node.func.id, node, stateless)
+    return lambda _c: None
+
+
+def _compile_compare(node: ast.Compare, stateless: bool) -> Compiled:
+    operands = [_compile(n, stateless) for n in (node.left, *node.comparators)]
+    ops = [(_CMP[type(op)], isinstance(op, _ORDER)) for op in node.ops]
+    if len(ops) == 1:  # the usual case: a < b
+        (op1, ordered1), left1, right1 = ops[0], operands[0], operands[1]
+
+        def compare1(c: _Ctx) -> bool | None:
+            a, b = left1(c), right1(c)
+            if a is None or b is None or (ordered1 and not (_number(a) and _number(b))):
                 return None
-            return (not v) if isinstance(node.op, ast.Not) else (-v if _number(v) else None)
-        if isinstance(node, ast.BinOp):
-            a, b = self.value(node.left), self.value(node.right)
-            return _BIN[type(node.op)](a, b) if _number(a) and _number(b) else None
-        if isinstance(node, ast.Compare):
-            return self._compare(node)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            return None if stateless and node.func.id != "finite" else self._call(node.func.id, node)
-        return None
+            try:
+                return bool(op1(a, b))
+            except TypeError:
+                return None
 
-    def _compare(self, node: ast.Compare) -> bool | None:
-        left = self.value(node.left)
+        return compare1
+
+    def compare(c: _Ctx) -> bool | None:
+        values = [f(c) for f in operands]
         results: list[bool | None] = []
-        for op, comp in zip(node.ops, node.comparators, strict=True):
-            right = self.value(comp)
-            if left is None or right is None or (isinstance(op, _ORDER) and not (_number(left) and _number(right))):
+        for (op, ordered), left, right in zip(ops, values, values[1:], strict=False):
+            if left is None or right is None or (ordered and not (_number(left) and _number(right))):
                 results.append(None)
-            else:
-                try:
-                    results.append(bool(_CMP[type(op)](left, right)))
-                except TypeError:  # "a" in 3: not comparable
-                    results.append(None)
-            left = right
+                continue
+            try:
+                results.append(bool(op(left, right)))
+            except TypeError:  # "a" in 3: not comparable
+                results.append(None)
         return _and(results)
 
-    def _call(self, fn: str, node: ast.Call) -> Any:
-        arg = self.value(node.args[0])
-        if fn == "finite":
-            return None if not _number(arg) else math.isfinite(arg)
-        if fn == "unchanged":
-            key = id(node)
-            before = self.memory.previous.get(key)
-            self.memory.previous[key] = arg
-            return None if arg is None or before is None else arg == before
-        # median(figure, window)
-        name = figure_name(node.args[0]) or ""
-        raw = node.args[1].value if isinstance(node.args[1], ast.Constant) else 0.0
-        window = float(raw) if isinstance(raw, int | float) else 0.0
-        points = self.memory.points.setdefault(name, deque())
-        if _number(arg) and math.isfinite(arg) and self.fresh(name):
-            points.append((self.now, float(arg)))
-        while points and points[0][0] < self.now - window:
+    return compare
+
+
+def _compile_call(fn: str, node: ast.Call, stateless: bool) -> Compiled:
+    arg = _compile(node.args[0], stateless)
+    if fn == "finite":
+        return lambda c: math.isfinite(v) if _number(v := arg(c)) else None
+    if stateless:
+        return lambda _c: None
+    if fn == "unchanged":
+        key = id(node)
+
+        def unchanged(c: _Ctx) -> bool | None:
+            value = arg(c)
+            before = c.memory.previous.get(key)
+            c.memory.previous[key] = value
+            return None if value is None or before is None else value == before
+
+        return unchanged
+    name = figure_name(node.args[0]) or ""  # median(figure, window)
+    raw = node.args[1].value if isinstance(node.args[1], ast.Constant) else 0.0
+    window = float(raw) if isinstance(raw, int | float) else 0.0
+
+    def median(c: _Ctx) -> float | None:
+        value = arg(c)
+        points = c.memory.points.setdefault(name, deque())
+        if _number(value) and math.isfinite(value) and c.fresh(name):
+            points.append((c.now, float(value)))
+        while points and points[0][0] < c.now - window:
             points.popleft()
         return _median([v for _, v in points]) if points else None
+
+    return median
 
 
 def _number(v: object) -> bool:
@@ -311,15 +366,23 @@ def _number(v: object) -> bool:
 
 
 def _and(values: list[Any]) -> bool | None:
-    if any(v is not None and not v for v in values):
-        return False
-    return None if any(v is None for v in values) else True
+    unknown = False
+    for v in values:
+        if v is None:
+            unknown = True
+        elif not v:
+            return False
+    return None if unknown else True
 
 
 def _or(values: list[Any]) -> bool | None:
-    if any(v is not None and v for v in values):
-        return True
-    return None if any(v is None for v in values) else False
+    unknown = False
+    for v in values:
+        if v is None:
+            unknown = True
+        elif v:
+            return True
+    return None if unknown else False
 
 
 def _median(values: list[float]) -> float:
