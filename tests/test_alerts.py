@@ -161,7 +161,8 @@ def test_the_language_is_three_valued_over_known_figures() -> None:
     assert truth('sglang.state in ("down", "hung")', **{"sglang.state": "hung"}) is True
     assert truth("sglang.accept_len < 0.8 * eval.accept_len", **{"sglang.accept_len": 4.0, "eval.accept_len": 6.0})
     assert truth("host.stale == true", **{"host.stale": True}) is True
-    assert truth("0 < gpu.util < 5", **{"gpu.util": 3}) is True and truth("0 < gpu.util < 5", **{"gpu.util": 7}) is False
+    assert truth("0 < gpu.util < 5", **{"gpu.util": 3}) is True
+    assert truth("0 < gpu.util < 5", **{"gpu.util": 7}) is False
     assert truth("-gpu.util < 0 and gpu.util / 0 > 1e9", **{"gpu.util": 3}) is True
     assert truth('sglang.state < 3', **{"sglang.state": "down"}) is None  # not comparable: unknown
 
