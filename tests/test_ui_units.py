@@ -26,8 +26,8 @@ def test_registry_ids_unique_and_destructive_set() -> None:
     assert BY_ID["help"].key == "question_mark" and BY_ID["cycle_theme"].key == "t"
     for spec in REGISTRY:
         assert spec.description and spec.help
-        if spec.destructive:
-            assert spec.confirm_title and spec.confirm_button
+        if spec.destructive:  # a destructive key always goes through a flow (its confirm lives there)
+            assert spec.flow is not None
 
 
 def test_plan_default_keys() -> None:

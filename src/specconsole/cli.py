@@ -79,7 +79,7 @@ async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
     from specconsole.status_watch import print_status
 
     return await print_status(fleet, as_json=args.json, watch=args.watch, interval=args.interval,
-                              timeout=args.timeout)
+                              timeout=args.timeout, alerts=args.alerts)
 
 
 def _stderr(line: str) -> None:
@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("--watch", action="store_true", help="keep printing snapshots")
+    st.add_argument("--alerts", action="store_true",
+                    help="with --watch: print alert lines (firing, resolved) instead of snapshots, and deliver "
+                         "them as the console does ([alerting]: webhook, tmux)")
     st.add_argument("--interval", type=option_type(StatusInterval, "--interval"), default=1.0,
                     help="seconds between --watch snapshots")
     st.add_argument("--timeout", type=option_type(StatusTimeout, "--timeout"), default=15.0,

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from specconsole import paths
+from specconsole.alerts.rules import Alerting, AlertRule, resolve
 from specconsole.errors import ConfigError
 from specconsole.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
 from specconsole.values import escape_char, printable, unsafe_char
@@ -235,6 +236,8 @@ class ConfigFile:
     hosts: tuple[HostConfig, ...] = ()
     prometheus: PrometheusConfig | None = None
     router: RouterConfig | None = None
+    alerting: Alerting = field(default_factory=Alerting)
+    alerts: tuple[AlertRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,10 @@ class Config:
     keys: dict[str, str] = field(default_factory=dict)
     prometheus: PrometheusConfig | None = None
     router: RouterConfig | None = None
+    alerting: Alerting = field(default_factory=Alerting)
+    #: the alert rules in force: the shipped ones as [[alerts]] changed them, then the new ones
+    #: (:func:`specconsole.alerts.rules.resolve`); a Config built in code gets the shipped ones
+    alerts: tuple[AlertRule, ...] | None = None
 
     def host(self, name: str) -> HostConfig:
         for h in self.hosts:
@@ -320,8 +327,14 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         if h.name in seen:
             raise r.fail(f"hosts[{i}].name", f"duplicate host name {h.name!r}", "give every host a unique name")
         seen.add(h.name)
+    if file.alerting.webhook is not None:
+        _check_base_url(r, "alerting.webhook", file.alerting.webhook)
+    try:
+        alerts = resolve(file.alerts, file.alerting.defaults, hosts=tuple(seen))
+    except Invalid as err:
+        raise r.fail(err.key, err.problem, err.fix) from None
     return Config(path=path, hosts=tuple(hosts), console=file.console, keys=dict(file.keys),
-                  prometheus=file.prometheus, router=file.router)
+                  prometheus=file.prometheus, router=file.router, alerting=file.alerting, alerts=alerts)
 
 
 def _check_shown(r: _Reader, prefix: str, host: HostConfig) -> None:
@@ -383,7 +396,7 @@ def _check_host(r: _Reader, host: HostConfig, prefix: str) -> HostConfig:
 
 def _check_base_url(r: _Reader, key: str, url: str) -> None:
     """An http(s) URL with a host and, if given, a valid port (what httpx and a tunnel need)."""
-    fix = 'write e.g. base_url = "http://127.0.0.1:30000"'
+    fix = f'write e.g. {key.rsplit(".", 1)[-1]} = "http://127.0.0.1:30000"'
     if not url.startswith(("http://", "https://")):
         raise r.fail(key, f"not an http(s) URL: {url!r}", fix)
     try:

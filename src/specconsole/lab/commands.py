@@ -59,7 +59,10 @@ def add_lab_parsers(sub: Any) -> None:
                     help="serving replicas: N >= 2 starts serve, serve2 .. serveN (DFLASH window 16) behind a real "
                          "sglang-router on loopback (for `specconsole deploy --hosts 'serve*'`)")
     for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
-                   lab_sub.add_parser("status", help="is the lab running, and where is its config")):
+                   lab_sub.add_parser("status", help="is the lab running, and where is its config"),
+                   lab_sub.add_parser("freeze-training", help="the training job keeps running but makes no "
+                                      "progress (a stalled job, for the stall alert)"),
+                   lab_sub.add_parser("thaw-training", help="the frozen training job goes on")):
         action.add_argument("--dir", help=f"lab folder (default {paths.state_dir() / 'lab'})")
 
 
@@ -158,6 +161,16 @@ def _lab(args: argparse.Namespace) -> int:
         print(f"stop:   specconsole lab down{' --dir ' + str(lab.dir) if args.dir else ''}")
         return 0
     lab = Lab(lab_dir, say=_say)
+    if args.lab_command in ("freeze-training", "thaw-training"):
+        if not args.dir:
+            from specconsole.lab.environment import running_lab
+
+            lab = running_lab() or lab
+            lab.say = _say
+        if not lab.is_running():
+            raise SpecConsoleError(f"lab: not running in {lab.dir} (fix: specconsole lab up, or pass --dir)")
+        lab.freeze_training() if args.lab_command == "freeze-training" else lab.thaw_training()
+        return 0
     if args.lab_command == "down":
         if not lab.state.hosts:
             _say(f"lab: nothing to stop in {lab.dir}")

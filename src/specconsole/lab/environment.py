@@ -125,6 +125,11 @@ class Lab:
         return self.root("train") / "runs" / "dflash" / "torchrun.pid"
 
     @property
+    def freeze_file(self) -> Path:
+        """While this file exists the training job runs without progress (:meth:`freeze_training`)."""
+        return self.root("train") / "runs" / "dflash" / "freeze"
+
+    @property
     def unit_path(self) -> Path:
         return self.root("serve") / "etc" / "systemd" / "system" / "sglang.service"
 
@@ -225,7 +230,7 @@ class Lab:
         log or pid file of an earlier run in this folder."""
         unit, serve = self.unit_path, self.root("serve")
         leftovers = [unit.parent / f"{unit.name}.d", serve / "run" / f"{unit.name}.status",
-                     serve / "var" / "log" / "journal", self.train_log, self.trainer_pid_file]
+                     serve / "var" / "log" / "journal", self.train_log, self.trainer_pid_file, self.freeze_file]
         for path in leftovers:
             if path.is_dir():
                 shutil.rmtree(path)
@@ -260,10 +265,22 @@ class Lab:
 
     def start_trainer(self) -> int:
         return training_job.start_trainer(self.options, self.root("train"), self.train_log, self.trainer_pid_file,
-                                          self.env("train"), self.state, self.say)
+                                          self.env("train"), self.state, self.say, self.freeze_file)
 
     def stop_trainer(self) -> None:
         training_job.stop_trainer(self.state, self.say)
+
+    def freeze_training(self) -> None:
+        """The training job stops making progress and keeps running (a stalled job: its processes
+        and GPUs stay, no new step is logged) until :meth:`thaw_training`."""
+        self.freeze_file.parent.mkdir(parents=True, exist_ok=True)
+        self.freeze_file.write_text("frozen by specconsole lab freeze-training\n")
+        self.say(f"train: training frozen ({self.freeze_file} exists; thaw-training resumes it)")
+
+    def thaw_training(self) -> None:
+        """The frozen training job goes on from the step it stopped at."""
+        self.freeze_file.unlink(missing_ok=True)
+        self.say("train: training resumed")
 
     def sglang_args(self) -> list[str]:
         """The deployment the lab starts with: NEXTN with 4 draft tokens, as in the seed workflow."""
