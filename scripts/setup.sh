@@ -4,7 +4,8 @@
 #        sudo (the lab's deploy as a non-root user through sudo),
 #        prometheus (the Prometheus source's tests scrape the lab's exporter doubles)
 #   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx, sniffio,
-#        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU, pytest,
+#        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU,
+#        sglang-router 0.3.2 (the real router in front of the lab's replicas, `lab up --serve N`), pytest,
 #        pytest-xdist, ruff,
 #        mypy, import-linter)
 #   pip (into ./.venv-sglang): sglang 0.5.23 with a pinned CPU set (its argument parser and resolution

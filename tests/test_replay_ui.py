@@ -68,6 +68,8 @@ async def test_the_timeline_keys_and_the_deploy_steps_at_their_times(tmp_path: P
         assert fleet.state.worst_alert() is None
         await pilot.press("n")
         assert fleet.now == T0 + 50 and fleet.state.worst_alert() is not None
+        await wait_for(lambda: "▲ stall on train" in app.screen_text(), 5, what="the recorded alert in the summary",
+                       pilot=pilot)  # as recorded: the replay's own rules never run (no bell, no webhook)
         for _ in range(5):
             await pilot.press("plus")
         assert fleet.speed == 16

@@ -21,13 +21,13 @@ from specconsole.ui.widgets import BLOCKS, MISSING, bar_rows
 def test_registry_ids_unique_and_destructive_set() -> None:
     ids = [s.id for s in REGISTRY]
     assert len(ids) == len(set(ids))
-    assert {s.id for s in REGISTRY if s.destructive} == {"kill_training", "deploy", "deploy_checkpoint"}
+    assert {s.id for s in REGISTRY if s.destructive} == {"kill_training", "deploy", "deploy_checkpoint", "rollout"}
     assert BY_ID["kill_training"].key == "k" and BY_ID["deploy"].key == "d"
     assert BY_ID["help"].key == "question_mark" and BY_ID["cycle_theme"].key == "t"
     for spec in REGISTRY:
         assert spec.description and spec.help
-        if spec.destructive:
-            assert spec.confirm_title and spec.confirm_button
+        if spec.destructive:  # a destructive key always goes through a flow (its confirm lives there)
+            assert spec.flow is not None
 
 
 def test_plan_default_keys() -> None:
@@ -39,7 +39,7 @@ def test_plan_default_keys() -> None:
 
 def test_plan_read_only_removes_destructive() -> None:
     plan = plan_keys({}, read_only=True)
-    assert {s.id for s in plan.removed} == {"kill_training", "deploy", "deploy_checkpoint"}
+    assert {s.id for s in plan.removed} == {"kill_training", "deploy", "deploy_checkpoint", "rollout"}
     assert not plan.is_bound("kill_training") and not plan.is_bound("deploy")
     assert plan.is_bound("help") and plan.is_bound("quit")
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from specconsole import __version__, gc_tuning, paths
 from specconsole.config import GraceSeconds
@@ -84,7 +86,7 @@ async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
     from specconsole.status_watch import print_status
 
     return await print_status(fleet, as_json=args.json, watch=args.watch, interval=args.interval,
-                              timeout=args.timeout)
+                              timeout=args.timeout, alerts=args.alerts)
 
 
 def _stderr(line: str) -> None:
@@ -215,6 +217,8 @@ async def _deploy(args: argparse.Namespace) -> int:
                             attention_backend=args.attention_backend, health_timeout_s=args.health_timeout,
                             num_steps=args.num_steps, eagle_topk=args.topk, draft_tokens=args.draft_tokens,
                             host_check=not args.no_host_check, rebase=args.rebase)
+    if args.hosts:
+        return await _rollout(args, config, events, request)
     cfg, host = await _connected_host(config, args.host, "serve", steps)
     try:
         plan = await preflight(host, cfg, request, steps)
@@ -234,6 +238,51 @@ async def _deploy(args: argparse.Namespace) -> int:
         return outcome.exit_code
     finally:
         await host.close()
+
+
+async def _rollout(args: argparse.Namespace, config: Config, events: EventLog, request: Any) -> int:
+    """``deploy --hosts PATTERN``: the rollout (actions/rollout.py); SIGINT aborts it (what changed
+    is rolled back), a second SIGINT is ignored while the roll-back runs."""
+    import signal
+
+    from specconsole.actions import rollout
+    from specconsole.actions.steps import audit
+    from specconsole.hosts import make_host
+
+    if args.dry_run:
+        raise SpecConsoleError("deploy --hosts: --dry-run is for one host; run it with --host NAME first")
+    chosen = rollout.select(config, args.hosts)
+    opts = rollout.options(config, request, gate=args.gate, canary_wait_s=args.canary_wait,
+                           drain_timeout_s=args.drain_timeout, operator=_operator())
+    if args.json:
+        emit = audit(events, also=lambda e: print(json.dumps({**dataclasses.asdict(e)}), flush=True))
+    else:
+        emit = _step_printer(events)
+    names = ", ".join(h.name for h in chosen)
+    if not _confirm(f"Roll out to {names} (canary {chosen[0].name}) behind {opts.router.url}?", args.yes,
+                    Steps("rollout", emit)):
+        return 0
+    hosts = [make_host(h) for h in chosen]
+    abort = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_sigint() -> None:
+        if not abort.is_set():
+            _stderr("specconsole: abort: the rollout stops and rolls back what it changed (wait for it)")
+        abort.set()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        await asyncio.gather(*(h.start() for h in hosts))
+        for h, cfg in zip(hosts, chosen, strict=True):
+            if not await h.wait_connected(cfg.ssh.connect_timeout_s + 2):
+                raise HostUnavailable(h.status.last_error or f"{cfg.name}: not reachable")
+        replicas = [rollout.Replica(cfg, h) for cfg, h in zip(chosen, hosts, strict=True)]
+        outcome = await rollout.rollout(replicas, opts, emit, abort)
+        return outcome.exit_code
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        await asyncio.gather(*(h.close() for h in hosts), return_exceptions=True)
 
 
 def _operator() -> str:
@@ -313,6 +362,9 @@ HealthTimeout = Annotated[float, num(gt=0, le=86400, why="seconds the restarted 
 ReplaySpeed = Annotated[float, num(ge=0.25, le=16, why="the timeline plays from a quarter to 16 times real time",
                                    example=4)]
 DiffThreshold = Annotated[float, num(ge=0, why="a relative change (0.1: 10 %)", example=0.1)]
+CanarySeconds = Annotated[float, num(ge=0, le=86400, why="seconds to hold after the canary", example=30)]
+DrainSeconds = Annotated[float, num(gt=0, le=86400, why="seconds a removed replica has to finish its requests",
+                                    example=60)]
 StatusInterval = Annotated[float, num(gt=0, why="it is the time between two snapshots", example=1)]
 StatusTimeout = Annotated[float, num(ge=0, why="seconds to wait for the first snapshot; 0: print at once",
                                      example=15)]
@@ -333,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("--watch", action="store_true", help="keep printing snapshots")
+    st.add_argument("--alerts", action="store_true",
+                    help="with --watch: print alert lines (firing, resolved) instead of snapshots, and deliver "
+                         "them as the console does ([alerting]: webhook, tmux)")
     st.add_argument("--interval", type=option_type(StatusInterval, "--interval"), default=1.0,
                     help="seconds between --watch snapshots")
     st.add_argument("--timeout", type=option_type(StatusTimeout, "--timeout"), default=15.0,
@@ -372,6 +427,16 @@ def build_parser() -> argparse.ArgumentParser:
                                        "DDTREE block size and tree budget), restart, verify, roll back")
     dp.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
     dp.add_argument("--host", help="serving host name (default: the only one)")
+    dp.add_argument("--hosts", metavar="PATTERN",
+                    help="roll the change out across the serving replicas matching PATTERN (e.g. 'serve*') behind "
+                         "[router]: canary first, each taken out of the router, deployed, gated, put back")
+    dp.add_argument("--gate", metavar="TEXT", help="with --hosts: the quality gate (default: [router] gate, "
+                                                   "\"accept_len>=0.95*baseline,tok_s>=0.9*baseline\")")
+    dp.add_argument("--canary-wait", metavar="S", type=option_type(CanarySeconds, "--canary-wait"),
+                    help="with --hosts: seconds to hold after the canary (default: [router] canary_wait_s, 0)")
+    dp.add_argument("--drain-timeout", metavar="S", type=option_type(DrainSeconds, "--drain-timeout"),
+                    help="with --hosts: the longest wait for a removed replica's requests (default: [router], 60)")
+    dp.add_argument("--json", action="store_true", help="with --hosts: print each event as a JSON line")
     dp.add_argument("--algorithm", help="speculative algorithm the host's SGLang offers, e.g. DFLASH, DDTREE or "
                                         "NEXTN (default: keep)")
     dp.add_argument("--draft-window", metavar="N", type=option_type(SpecInt, "--draft-window"),

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from specconsole import paths
+from specconsole.alerts.rules import Alerting, AlertRule, resolve
 from specconsole.errors import ConfigError
 from specconsole.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
 from specconsole.values import escape_char, printable, unsafe_char
@@ -126,6 +127,30 @@ class SglangConfig:
     #: the same for the JSON endpoints (``/health``, ``/server_info``; ``/generate`` gets this
     #: plus 64 bytes per requested token)
     max_body_mib: Annotated[float, _positive("0 would refuse every answer")] = 1.0
+    #: the URL the router ([router]) knows this replica by (default: base_url)
+    router_worker_url: Text | None = None
+
+
+#: the rollout's default quality gate (``specconsole deploy --hosts``): the changed replica against
+#: a not-yet-changed one, on the same prompts
+DEFAULT_GATE = "accept_len>=0.95*baseline,tok_s>=0.9*baseline"
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """The sglang-router in front of the serving replicas: a rollout (``deploy --hosts``) takes
+    each replica out of it, deploys, gates and puts it back."""
+
+    url: Text
+    #: how long a removed replica may take to finish its running requests; also the longest a
+    #: replica stays out of the router when the console is gone (the host agent re-adds it)
+    drain_timeout_s: Annotated[float, _positive("it bounds the drain")] = 60.0
+    gate: Text = DEFAULT_GATE
+    #: the gate's prompts: these tasks of the eval suite (default: all of the shipped coding suite)
+    gate_tasks: tuple[Text, ...] = ()
+    gate_max_new_tokens: Annotated[int, num(ge=1, le=32768, why="tokens per gate prompt", example=128)] = 256
+    canary_wait_s: Annotated[float, num(ge=0, why="seconds to hold after the canary", example=30)] = 0.0
+    timeout_s: Annotated[float, _positive("0 would fail every request")] = 5.0
 
 
 @dataclass(frozen=True)
@@ -227,6 +252,9 @@ class ConfigFile:
     keys: dict[str, Text] = field(default_factory=dict)
     hosts: tuple[HostConfig, ...] = ()
     prometheus: PrometheusConfig | None = None
+    router: RouterConfig | None = None
+    alerting: Alerting = field(default_factory=Alerting)
+    alerts: tuple[AlertRule, ...] = ()
     recorder: RecorderSettings = field(default_factory=RecorderSettings)
 
 
@@ -237,6 +265,11 @@ class Config:
     console: ConsoleSettings = field(default_factory=ConsoleSettings)
     keys: dict[str, str] = field(default_factory=dict)
     prometheus: PrometheusConfig | None = None
+    router: RouterConfig | None = None
+    alerting: Alerting = field(default_factory=Alerting)
+    #: the alert rules in force: the shipped ones as [[alerts]] changed them, then the new ones
+    #: (:func:`specconsole.alerts.rules.resolve`); a Config built in code gets the shipped ones
+    alerts: tuple[AlertRule, ...] | None = None
     recorder: RecorderSettings = field(default_factory=RecorderSettings)
 
     def host(self, name: str) -> HostConfig:
@@ -298,6 +331,8 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         raise r.fail("hosts", "no hosts configured", "add at least one [[hosts]] table with name and role")
     if file.prometheus is not None:
         _check_base_url(r, "prometheus.url", file.prometheus.url)
+    if file.router is not None:
+        _check_base_url(r, "router.url", file.router.url)
     hosts_raw = data["hosts"]
     hosts: list[HostConfig] = []
     seen: set[str] = set()
@@ -311,8 +346,14 @@ def parse_config(data: dict[str, Any], path: str = "<config>") -> Config:
         if h.name in seen:
             raise r.fail(f"hosts[{i}].name", f"duplicate host name {h.name!r}", "give every host a unique name")
         seen.add(h.name)
+    if file.alerting.webhook is not None:
+        _check_base_url(r, "alerting.webhook", file.alerting.webhook)
+    try:
+        alerts = resolve(file.alerts, file.alerting.defaults, hosts=tuple(seen))
+    except Invalid as err:
+        raise r.fail(err.key, err.problem, err.fix) from None
     return Config(path=path, hosts=tuple(hosts), console=file.console, keys=dict(file.keys),
-                  prometheus=file.prometheus,
+                  prometheus=file.prometheus, router=file.router, alerting=file.alerting, alerts=alerts,
                   recorder=file.recorder.resolved(file.console.state_dir))
 
 
@@ -353,6 +394,8 @@ def _check_host(r: _Reader, host: HostConfig, prefix: str) -> HostConfig:
         _check_patterns(r, f"{prefix}.training.patterns", training.patterns)
     if sglang is not None:
         _check_base_url(r, f"{prefix}.sglang.base_url", sglang.base_url)
+        if sglang.router_worker_url is not None:
+            _check_base_url(r, f"{prefix}.sglang.router_worker_url", sglang.router_worker_url)
     if host.connect == "ssh" and not host.host:
         raise r.fail(f"{prefix}.host", "connect = \"ssh\" needs a host",
                      'add host = "name-or-address" (an ~/.ssh/config alias works)')
@@ -373,7 +416,7 @@ def _check_host(r: _Reader, host: HostConfig, prefix: str) -> HostConfig:
 
 def _check_base_url(r: _Reader, key: str, url: str) -> None:
     """An http(s) URL with a host and, if given, a valid port (what httpx and a tunnel need)."""
-    fix = 'write e.g. base_url = "http://127.0.0.1:30000"'
+    fix = f'write e.g. {key.rsplit(".", 1)[-1]} = "http://127.0.0.1:30000"'
     if not url.startswith(("http://", "https://")):
         raise r.fail(key, f"not an http(s) URL: {url!r}", fix)
     try:

@@ -45,7 +45,9 @@ class EventLog:
     def subscribe(self, callback: Callable[[Event], None]) -> None:
         self._subscribers.append(callback)
 
-    def emit(self, message: str, source: str = "console", level: Level = "info", **data: Any) -> Event:
+    def emit(self, message: str, /, source: str = "console", level: Level = "info", **data: Any) -> Event:
+        """Keep, audit and tell subscribers of a new event (``message`` is positional, so ``data``
+        may hold a key of that name: an alert's one-line ``message``)."""
         event = Event(message, source, level, data=data)
         self.recent.append(event)
         self._audit(event)

@@ -171,13 +171,19 @@ class StatusJsonLines:
 # ---------------------------------------------------------------------------- the command
 
 async def print_status(fleet: Fleet, *, as_json: bool, watch: bool, interval: float, timeout: float,
-                       write: Callable[[str], None] | None = None) -> int:
+                       write: Callable[[str], None] | None = None, alerts: bool = False) -> int:
     """Start ``fleet``, print its first complete snapshot and, with ``watch``, one every
-    ``interval`` s on a fixed schedule until cancelled. Exit status: 1 if a host is unreachable."""
+    ``interval`` s on a fixed schedule until cancelled. Exit status: 1 if a host is unreachable.
+    With ``alerts`` (and ``watch``): the alert lines instead of snapshots (:func:`watch_alerts`)."""
     if watch and not interval > 0:
         raise SpecConsoleError(f"status --interval {interval:g}: must be more than 0 s (fix: e.g. --interval 1)")
+    if alerts and not watch:
+        raise SpecConsoleError("status --alerts: alerts need time to fire (fix: specconsole status --watch --alerts)")
     out = write or (lambda text: print(text, flush=True))
     await fleet.start()
+    if alerts:
+        await watch_alerts(fleet, interval=interval, as_json=as_json, write=out)
+        return 0
     statuses = await fleet.first_snapshot(timeout)
     gc_tuning.settle()  # start-up's objects out of the collector's way
     if not watch:
@@ -192,3 +198,30 @@ async def print_status(fleet: Fleet, *, as_json: bool, watch: bool, interval: fl
             out(status_text(statuses) + "\n")
         await ticks.next()
         statuses = fleet.statuses()
+
+
+async def watch_alerts(fleet: Fleet, *, interval: float, as_json: bool, write: Callable[[str], None],
+                       clock: Clock = time.time) -> None:
+    """``status --watch --alerts``: the console's alert engine on a fixed schedule, from the start
+    (a host that never connects is an alert too); each firing and resolving is printed (a line, or
+    with ``as_json`` the webhook's JSON) and delivered as the console does (webhook, tmux), as are
+    the webhook's own warnings. Runs until cancelled."""
+    from specconsole.alerts.baseline import EvalBaseline
+    from specconsole.alerts.delivery import AlertDelivery, payload
+    from specconsole.alerts.engine import AlertEngine
+
+    engine = AlertEngine.for_config(fleet.config, fleet.events, EvalBaseline())
+    delivery = AlertDelivery(fleet.config.alerting, fleet.events)
+    fleet.events.subscribe(lambda e: write(e.line()) if e.source == "webhook" else None)
+    hook = fleet.config.alerting.webhook
+    write(f"alerts: {len(engine.rules)} rules ({', '.join(r.name for r in engine.rules) or 'none'}) on "
+          f"{len(fleet.monitors)} hosts, every {interval:g} s" + (f"; webhook {hook}" if hook else ""))
+    delivery.start()
+    ticks = FixedTicks(interval)
+    try:
+        while True:
+            for event in engine.evaluate(fleet.statuses(), clock()):
+                write(json.dumps(payload(event)) if as_json else event.line())
+            await ticks.next()
+    finally:
+        await delivery.stop()

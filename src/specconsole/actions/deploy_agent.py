@@ -19,9 +19,12 @@ request has a total deadline. Only one agent runs per deploy (an flock on ``agen
 so the console may start it again after a dropped connection. The agent keeps the last
 KEEP_WORKDIRS deploy folders under ``.specconsole/`` and removes older ones.
 
-The agent is two files, uploaded together into the deploy's work folder: this one (as
-``agent.py``) and :mod:`specconsole.actions.deploy_agent_watch` (under its own name), which it
-imports as a sibling there (a script's folder is on ``sys.path``) and from the package here.
+The agent is three files, uploaded together into the deploy's work folder: this one (as
+``agent.py``), :mod:`specconsole.actions.deploy_agent_watch` and
+:mod:`specconsole.actions.deploy_agent_router` (under their own names), which it imports as
+siblings there (a script's folder is on ``sys.path``) and from the package here. A rollout's plan
+has a ``router`` section: the agent then also takes the replica out of the router and drains it
+before the change, holds it for the gate's verdict and puts it back (deploy_agent_router).
 
 Run: ``python3 agent.py PLAN.json PROGRESS.jsonl`` (with ``deploy_agent_watch.py`` beside it)
 """
@@ -42,10 +45,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # imported from the package (the console, the tests)
+    from specconsole.actions.deploy_agent_router import RouterLink
     from specconsole.actions.deploy_agent_watch import Poller, UnitWatch, http_request
-else:  # run on the host as agent.py: its sibling file in the same work folder
+else:  # run on the host as agent.py: its sibling files in the same work folder
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under -P / PYTHONSAFEPATH
     sys.dont_write_bytecode = True  # leave no __pycache__ (root's, under sudo) in the work folder
+    from deploy_agent_router import RouterLink
     from deploy_agent_watch import Poller, UnitWatch, http_request
 
 HEARTBEAT_S = 0.5          #: the longest silence during any wait (the console promises <= 1 s)
@@ -91,6 +96,9 @@ class Agent:
         self.t0 = time.monotonic()
         self.step = ""
         self.locked = False
+        self.outcome = ""  # the first final event's outcome
+        #: a rollout's agent owns the replica's place in the router (deploy_agent_router)
+        self.router: RouterLink | None = RouterLink(self, plan["router"]) if plan.get("router") else None
 
     # -- reporting ---------------------------------------------------------------------
     def emit(self, kind: str, message: str, **extra: Any) -> None:
@@ -100,6 +108,7 @@ class Agent:
         self.progress.write(json.dumps(event) + "\n")
         self.progress.flush()   # readers see it at once; only the outcome waits for the disk
         if kind == "final":
+            self.outcome = self.outcome or str(extra.get("outcome", ""))
             os.fsync(self.progress.fileno())
 
     def begin(self, step: str, message: str | None = None) -> None:
@@ -222,7 +231,12 @@ class Agent:
         if not self.lock():
             return 1
         written = False
+        existed = True
         try:
+            if self.router is not None:
+                self.router.remove_and_drain(Failed)
+            if p.get("restore_from"):  # a rollout halted: back to what the deploy in restore_from replaced
+                return self.restore()
             self.begin("back up", f"backing up {p['dropin_path']}")
             backup = os.path.join(p["workdir"], "backup.conf")
             existed = os.path.exists(p["dropin_path"])
@@ -309,10 +323,22 @@ class Agent:
         self.emit("info", f"smoke: {tokens} tokens in {latency:.2f}s = {tokens / latency:.1f} tok/s, "
                   f"acceptance length {accept:.2f}", tokens_per_s=tokens / latency, accept_length=accept)
 
-    def rollback(self, reason: str, existed: bool) -> int:
+    def restore(self) -> int:
+        """Roll back a deploy that succeeded earlier (its work folder ``restore_from``): its backup
+        (or no drop-in, if it had none) goes back, health-gated."""
         p = self.plan
-        journal = self.waiting(f"journalctl -u {p['unit']} -n 12", lambda: self.journal_tail(12))
-        for line in journal:  # under the step that failed: they are why, not what the rollback does
+        backup = os.path.join(p["restore_from"], "backup.conf")
+        existed = os.path.exists(backup)
+        if existed:
+            shutil.copyfile(backup, os.path.join(p["workdir"], "backup.conf"))
+        return self.rollback(p.get("restore_reason") or "the rollout was halted", existed, journal=False)
+
+    def rollback(self, reason: str, existed: bool, *, journal: bool = True) -> int:
+        """Restore the previous drop-in (or none), restart, wait for health. ``journal``: quote the
+        failed start's journal first (not for a rollback of a healthy deploy)."""
+        p = self.plan
+        lines = self.waiting(f"journalctl -u {p['unit']} -n 12", lambda: self.journal_tail(12)) if journal else []
+        for line in lines:  # under the step that failed: they are why, not what the rollback does
             self.emit("info", f"the failed start's journal: {line[-160:]}")
         self.begin("roll back", f"deploy failed ({reason}); restoring the previous config")
         try:
@@ -331,10 +357,10 @@ class Agent:
                 self.wait_healthy(p.get("rollback_health_timeout_s", p["health_timeout_s"]), watch)
         except Failed as err:
             self.emit("final", f"ROLLBACK FAILED: {err}; the deploy failed because: {reason}",
-                      outcome="rollback_failed", reason=reason, journal=journal)
+                      outcome="rollback_failed", reason=reason, journal=lines)
             return 2
         self.emit("final", f"rolled back: the previous config is serving again (deploy failed: {reason})",
-                  outcome="rolled_back", reason=reason, journal=journal)
+                  outcome="rolled_back", reason=reason, journal=lines)
         return 1
 
     # -- files and the lock ------------------------------------------------------------------
@@ -447,10 +473,17 @@ def main(argv: list[str]) -> int:
         return 0      # this deploy already ran (its progress file has its events)
     agent = Agent(plan, argv[1])
     try:
-        return agent.run()
+        rc = agent.run()
     except Exception as err:  # report, never leave the console waiting on silence
         agent.emit("final", f"deploy agent crashed: {err!r}", outcome="crashed")
-        return 3
+        rc = 3
+    if agent.router is not None:  # back into the router, whatever happened (deploy_agent_router)
+        try:
+            rc = agent.router.finish(rc, agent.outcome)
+        except Exception as err:
+            agent.emit("final", f"deploy agent crashed re-adding the replica: {err!r}", outcome="out_of_router",
+                       phase="router")
+    return rc
 
 
 if __name__ == "__main__":

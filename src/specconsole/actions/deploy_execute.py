@@ -30,7 +30,8 @@ from specconsole.sglang.unit import quote_exec
 #: The host agent's files, by the name each gets in the deploy's work folder (``agent.py``
 #: imports its sibling by that name).
 AGENT_FILES = {"agent.py": Path(__file__).with_name("deploy_agent.py"),
-               "deploy_agent_watch.py": Path(__file__).with_name("deploy_agent_watch.py")}
+               "deploy_agent_watch.py": Path(__file__).with_name("deploy_agent_watch.py"),
+               "deploy_agent_router.py": Path(__file__).with_name("deploy_agent_router.py")}
 SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
 #: the agent heartbeats every 0.5 s while it waits; this long without any event, the console
 #: checks whether its process is still there
@@ -80,17 +81,19 @@ def _launch_command(plan: DeployPlan) -> str:
             f"else echo \"agent pid $(cat agent.pid) has not written an event yet (see agent.out)\"; fi; }}; fi")
 
 
-async def execute(host: Host, plan: DeployPlan, steps: Steps, operator: str = "") -> DeployOutcome:
+async def execute(host: Host, plan: DeployPlan, steps: Steps, operator: str = "",
+                  extra: dict[str, Any] | None = None) -> DeployOutcome:
     """Start the host agent and follow it to its final event.
 
     Every step survives a dropped connection: the upload and the agent's start are repeated
     after reconnecting (both are idempotent; the start finds a running agent by the deploy's
     ``agent.pid`` and progress file), and following re-attaches to the progress file.
+    ``extra`` goes into the agent's plan as well (a rollout's ``router`` section).
     """
     steps.begin("upload", f"copying the deploy agent and plan to {plan.workdir}")
     (await _run_reattaching(host, steps, ["mkdir", "-p", plan.workdir])).check(host.name)
     for name, text in (*((name, source.read_text()) for name, source in AGENT_FILES.items()),
-                       ("plan.json", json.dumps(agent_plan(plan, operator), indent=2))):
+                       ("plan.json", json.dumps({**agent_plan(plan, operator), **(extra or {})}, indent=2))):
         path = f"{plan.workdir}/{name}"
         # write a temp file and rename: a repeated upload never leaves a half-written file
         res = await _run_reattaching(host, steps, ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh", path],
@@ -129,14 +132,15 @@ async def _reconnect(host: Host, steps: Steps, why: str, then: str) -> None:
     steps.info(f"reconnected to {host.name}; re-attaching to the deploy: {then}")
 
 
-async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps) -> DeployOutcome:
+async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps, after: int = 0) -> DeployOutcome:
     """Relay the agent's events as steps until its final event; survive dropped connections.
 
     While the agent is silent for more than a heartbeat interval, a heartbeat says so (with
     the last event seen); if it stays silent and its process is gone, the deploy is reported
-    as crashed with the agent's own output.
+    as crashed with the agent's own output. ``after``: the events up to this sequence number were
+    relayed already (a rollout follows the agent again after its first final event).
     """
-    seen = 0
+    seen = after
     events: list[dict[str, Any]] = []
     last = time.monotonic()
     last_msg = "no event yet"
@@ -220,7 +224,7 @@ def _relay(steps: Steps, ev: dict[str, Any], host: str) -> None:
         steps.step = ev["step"]
     if kind == "final":
         outcome = ev.get("outcome")
-        (steps.done if outcome == "deployed" else steps.failed)(message)
+        (steps.done if outcome in ("deployed", "in_router") else steps.failed)(message)
         return
     steps.emit(kind if kind in ("command", "result", "heartbeat", "info", "warning", "error") else "info",
                message, command=ev.get("command"), exit_status=ev.get("exit_status"), took_s=ev.get("took_s"),

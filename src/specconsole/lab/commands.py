@@ -22,6 +22,10 @@ from specconsole.validation import num, option_type
 StartupSeconds = Annotated[float, num(ge=0, le=3600, why="the simulated SGLang's load time", example=3)]
 
 
+#: serving replicas behind the lab's router
+Replicas = Annotated[int, num(ge=1, le=16, why="serving replicas on this machine", example=3)]
+
+
 def _say(message: str) -> None:
     """Print one progress line; a terminal that is gone (tmux killed: EIO) must not stop the
     demo's clean-up half way."""
@@ -39,6 +43,9 @@ def add_lab_parsers(sub: Any) -> None:
                     help=f"the serving host's simulated SGLang: {DDTREE_VERSION} (default: the DDTree build, "
                          f"which also offers DFLASH), or {BASE_VERSION}")
     de.add_argument("--no-console", action="store_true", help="start the lab only and wait (Ctrl-C stops it)")
+    de.add_argument("--serve", type=option_type(Replicas, "--serve"), default=1, metavar="N",
+                    help="serving replicas: N >= 2 runs serve .. serveN behind a real sglang-router (m marks them in "
+                         "the fleet view, R rolls a change out)")
 
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
@@ -48,8 +55,14 @@ def add_lab_parsers(sub: Any) -> None:
     up.add_argument("--sglang-version", default=BASE_VERSION,
                     help=f"the serving host's simulated SGLang: {BASE_VERSION}, or {DDTREE_VERSION} (with DDTree)")
     up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
+    up.add_argument("--serve", type=option_type(Replicas, "--serve"), default=1, metavar="N",
+                    help="serving replicas: N >= 2 starts serve, serve2 .. serveN (DFLASH window 16) behind a real "
+                         "sglang-router on loopback (for `specconsole deploy --hosts 'serve*'`)")
     for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
-                   lab_sub.add_parser("status", help="is the lab running, and where is its config")):
+                   lab_sub.add_parser("status", help="is the lab running, and where is its config"),
+                   lab_sub.add_parser("freeze-training", help="the training job keeps running but makes no "
+                                      "progress (a stalled job, for the stall alert)"),
+                   lab_sub.add_parser("thaw-training", help="the frozen training job goes on")):
         action.add_argument("--dir", help=f"lab folder (default {paths.state_dir() / 'lab'})")
 
 
@@ -68,8 +81,8 @@ def _demo(args: argparse.Namespace) -> int:
     lab_dir = Path(args.dir).expanduser() if args.dir else default_demo_dir()
     # the DDTree build (sgl-project/sglang PR #29907): the operator's "z-lab DDTree, up to 16 draft
     # tokens" can be deployed; it offers DFLASH and the others as 0.5.23 does
-    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup, sglang_version=args.sglang_version),
-              say=_say)
+    lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup, sglang_version=args.sglang_version,
+                                  serve=args.serve), say=_say)
     if lab.state.hosts:
         owner = lab.state.owner_pid
         if owner_alive(owner) and owner != os.getpid():
@@ -132,7 +145,7 @@ def _lab(args: argparse.Namespace) -> int:
     lab_dir = Path(args.dir).expanduser() if args.dir else None
     if args.lab_command == "up":
         options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer,
-                             sglang_version=args.sglang_version)
+                             sglang_version=args.sglang_version, serve=args.serve)
         lab = Lab(lab_dir, options, say=_say)
         try:
             lab.up()
@@ -142,9 +155,22 @@ def _lab(args: argparse.Namespace) -> int:
             raise
         print(f"config: {lab.config_path}")
         print(f"try:    specconsole status --config {lab.config_path}")
+        if lab.state.router_port:
+            print(f"router: http://127.0.0.1:{lab.state.router_port} in front of {args.serve} replicas; roll out: "
+                  f"specconsole deploy --config {lab.config_path} --hosts 'serve*' --draft-window 32 --yes")
         print(f"stop:   specconsole lab down{' --dir ' + str(lab.dir) if args.dir else ''}")
         return 0
     lab = Lab(lab_dir, say=_say)
+    if args.lab_command in ("freeze-training", "thaw-training"):
+        if not args.dir:
+            from specconsole.lab.environment import running_lab
+
+            lab = running_lab() or lab
+            lab.say = _say
+        if not lab.is_running():
+            raise SpecConsoleError(f"lab: not running in {lab.dir} (fix: specconsole lab up, or pass --dir)")
+        lab.freeze_training() if args.lab_command == "freeze-training" else lab.thaw_training()
+        return 0
     if args.lab_command == "down":
         if not lab.state.hosts:
             _say(f"lab: nothing to stop in {lab.dir}")

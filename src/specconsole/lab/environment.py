@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from specconsole import paths
-from specconsole.lab import lab_config, lab_judge, serving_unit, sshd_host, training_job
+from specconsole.lab import lab_config, lab_judge, serve_fleet, serving_unit, sshd_host, training_job
 from specconsole.lab.keys import client_key, write_known_hosts
 from specconsole.lab.lab_config import console_and_ssh, toml_str
 from specconsole.lab.lab_judge import JUDGE_ENV, judge_env, judge_socket_path
@@ -125,6 +125,11 @@ class Lab:
         return self.root("train") / "runs" / "dflash" / "torchrun.pid"
 
     @property
+    def freeze_file(self) -> Path:
+        """While this file exists the training job runs without progress (:meth:`freeze_training`)."""
+        return self.root("train") / "runs" / "dflash" / "freeze"
+
+    @property
     def unit_path(self) -> Path:
         return self.root("serve") / "etc" / "systemd" / "system" / "sglang.service"
 
@@ -173,6 +178,8 @@ class Lab:
         self.state.judge_socket = os.environ.get(JUDGE_ENV) or judge_socket_path(self.dir)
         for name, address in (("train", o.train_address), ("serve", o.serve_address)):
             self._make_host(name, address)
+        if o.serve > 1:
+            serve_fleet.make_replicas(self)
         write_known_hosts(self.keys, self.state.hosts.values())
         if o.sglang:
             self.start_judge()
@@ -180,6 +187,8 @@ class Lab:
                                       self.root("serve") / "models")
         serving_unit.write_models(self.root("serve") / "models")
         self.write_unit()
+        if o.serve > 1:
+            serve_fleet.write_replica_units(self)
         self.state.save()
         for name in self.state.hosts:
             self.start_sshd(name)
@@ -188,6 +197,9 @@ class Lab:
         if o.sglang:  # its first start waits for the judge, as a real SGLang's start waits for its imports
             self._systemctl("daemon-reload")
             self._systemctl("start", "sglang.service", timeout=120)  # a cold judge on a loaded machine
+        if o.sglang and o.serve > 1:
+            serve_fleet.start_replicas(self)
+            serve_fleet.start_router(self)
         self.write_config()
         self.state.save()
         self.say(f"lab up in {time.monotonic() - t0:.1f}s; config: {self.config_path}")
@@ -199,13 +211,15 @@ class Lab:
         if "serve" in self.state.hosts and self.unit_path.exists():
             with contextlib.suppress(Exception):
                 self._systemctl("stop", "sglang.service", check=False, timeout=20)
+        serve_fleet.stop_router(self)
+        serve_fleet.stop_replicas(self)
         self.stop_trainer()
         self.stop_judge()
         for name in list(self.state.hosts):
             self.stop_sshd(name)
         # what a crashed run left behind: only processes marked as this lab's (never another
         # lab's, even one whose folder name starts with this one's)
-        _kill_marked([str(self.root(name)) for name in ("train", "serve")])
+        _kill_marked([str(self.root(name)) for name in ("train", *serve_fleet.started_replicas(self))])
         self.state.started.clear()
         self.state.save()
         self.say(f"lab down in {time.monotonic() - t0:.1f}s")
@@ -216,7 +230,7 @@ class Lab:
         log or pid file of an earlier run in this folder."""
         unit, serve = self.unit_path, self.root("serve")
         leftovers = [unit.parent / f"{unit.name}.d", serve / "run" / f"{unit.name}.status",
-                     serve / "var" / "log" / "journal", self.train_log, self.trainer_pid_file]
+                     serve / "var" / "log" / "journal", self.train_log, self.trainer_pid_file, self.freeze_file]
         for path in leftovers:
             if path.is_dir():
                 shutil.rmtree(path)
@@ -251,16 +265,30 @@ class Lab:
 
     def start_trainer(self) -> int:
         return training_job.start_trainer(self.options, self.root("train"), self.train_log, self.trainer_pid_file,
-                                          self.env("train"), self.state, self.say)
+                                          self.env("train"), self.state, self.say, self.freeze_file)
 
     def stop_trainer(self) -> None:
         training_job.stop_trainer(self.state, self.say)
+
+    def freeze_training(self) -> None:
+        """The training job stops making progress and keeps running (a stalled job: its processes
+        and GPUs stay, no new step is logged) until :meth:`thaw_training`."""
+        self.freeze_file.parent.mkdir(parents=True, exist_ok=True)
+        self.freeze_file.write_text("frozen by specconsole lab freeze-training\n")
+        self.say(f"train: training frozen ({self.freeze_file} exists; thaw-training resumes it)")
+
+    def thaw_training(self) -> None:
+        """The frozen training job goes on from the step it stopped at."""
+        self.freeze_file.unlink(missing_ok=True)
+        self.say("train: training resumed")
 
     def sglang_args(self) -> list[str]:
         """The deployment the lab starts with: NEXTN with 4 draft tokens, as in the seed workflow."""
         return serving_unit.sglang_args(self.target_model_dir(), self.state.sglang_port)
 
     def write_unit(self) -> None:
+        if self.options.serve > 1:  # every replica, serve too, starts on DFLASH window 16
+            return
         serving_unit.write_unit(self.unit_path, self.root("serve") / "bin", self.sglang_args(), self.options)
 
     def _systemctl(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -279,7 +307,7 @@ def owner_alive(pid: int | None) -> bool:
 #: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
 #: merely runs inside a lab host's SSH session).
 LAB_PROGRAMS = ("sshd", "specconsole.lab.", "sglang_judge.py", "torch.distributed.run", "agent.py", "systemctl3",
-                "tail -")
+                "tail -", "sglang_router")
 
 
 def _kill_marked(roots: list[str]) -> None:

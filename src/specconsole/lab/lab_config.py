@@ -67,8 +67,49 @@ interval_s = {o.sglang_interval_s}
 timeout_s = 3.0
 draft_model_path = {toml_str(lab.draft_model_dir())}
 """
+    if s.router_port:
+        text += _replicas(lab)
     write_file(lab.config_path, text)
     return lab.config_path
+
+
+def _replicas(lab: Lab) -> str:
+    """``--serve N``: replicas ``serve2`` .. ``serveN`` (``serve`` is above) and the ``[router]``
+    in front of them all (a small gate: three coding tasks, 128 tokens each)."""
+    o, s = lab.options, lab.state
+    key = lab.keys / "client_ed25519"
+    text = f"""
+[router]
+url = "http://127.0.0.1:{s.router_port}"
+drain_timeout_s = 30
+gate_tasks = ["fizzbuzz", "binary_search", "lru_cache"]
+gate_max_new_tokens = 128
+"""
+    for name, port in s.replica_ports.items():
+        h = s.hosts[name]
+        text += f"""
+[[hosts]]
+name = "{name}"
+role = "serve"
+connect = "ssh"
+host = {toml_str(h.address)}
+port = {h.port}
+user = "root"
+identity_file = {toml_str(key)}
+
+[hosts.gpu]
+source = "nvidia-smi"
+interval_s = {o.gpu_interval_s}
+
+[hosts.sglang]
+unit = "sglang.service"
+base_url = "http://127.0.0.1:{port}"
+tunnel = {"true" if o.tunnel else "false"}
+interval_s = {o.sglang_interval_s}
+timeout_s = 3.0
+draft_model_path = {toml_str(lab.draft_model_dir())}
+"""
+    return text
 
 
 def toml_str(value: object) -> str:

@@ -53,6 +53,11 @@ class LabState:
     #: the lab's own warm SGLang judge (:mod:`specconsole.lab.sglang_judge`), when it started one
     judge_pid: int | None = None
     judge_socket: str = ""
+    #: ``--serve N``: replicas ``serve2`` .. ``serveN``'s SGLang ports (``serve``'s is sglang_port),
+    #: and the sglang-router in front of all of them
+    replica_ports: dict[str, int] = field(default_factory=dict)
+    router_port: int = 0
+    router_pid: int | None = None
     owner_pid: int | None = None  # the process that started the lab (a demo), if it should stop it
     #: pid -> its start time (clock ticks since boot, /proc/PID/stat field 22) for every process
     #: the lab started: ``lab down`` signals a pid only while its start time still matches
@@ -111,6 +116,9 @@ class LabOptions:
     sglang_restart: str = "no"
     #: which SGLang the serving host has installed: 0.5.23, or 0.5.24+ddtree (with DDTree)
     sglang_version: str = BASE_VERSION
+    #: serving replicas: 1 is the lab's one ``serve`` host; N >= 2 adds ``serve2`` .. ``serveN`` and a
+    #: real sglang-router in front of them (:mod:`specconsole.lab.serve_fleet`), all on DFLASH window 16
+    serve: int = 1
 
 
 

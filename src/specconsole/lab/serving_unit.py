@@ -17,6 +17,8 @@ from specconsole.lab.sglang_versions import BASE_VERSION, VERSION_ENV
 TARGET_MODEL = "Qwen3-8B"
 #: z-lab's DFlash draft for Qwen3-8B, as a download of ``z-lab/Qwen3-8B-DFlash-b16`` names its folder.
 DRAFT_MODEL = "Qwen3-8B-DFlash-b16"
+#: The same draft, retrained badly: its simulated acceptance profile is 0.6 (a rollout's gate catches it).
+WEAK_DRAFT_MODEL = "Qwen3-8B-DFlash-b16-weak"
 #: An EAGLE-3 draft head and a small model of the same family (STANDALONE's draft), for the
 #: algorithms besides DFLASH that need a draft model of their own.
 EAGLE_DRAFT_MODEL = "eagle3-qwen3-8b"
@@ -49,12 +51,14 @@ def write_hub_cache(hf_home: Path) -> Path:
     return hf_home
 
 
-def write_draft_model(path: Path, block_size: int = 16) -> Path:
+def write_draft_model(path: Path, block_size: int = 16, acceptance: float | None = None) -> Path:
     """A DFlash draft model folder shaped like z-lab's published drafts (``z-lab/Qwen3-8B-DFlash-b16``):
     its ``config.json`` only, with what SGLang's DFLASH reads from it (``parse_dflash_draft_config``):
     ``architectures: ["DFlashDraftModel"]``, ``block_size`` at the top level, ``dflash_config`` with the
-    mask token id and the target layers the draft reads, ``num_target_layers``, and the Qwen3 layer shape."""
+    mask token id and the target layers the draft reads, ``num_target_layers``, and the Qwen3 layer shape.
+    ``acceptance``: the simulator's acceptance profile for this draft (``specconsole_lab_acceptance``)."""
     layers = 5
+    profile = {} if acceptance is None else {"specconsole_lab_acceptance": acceptance}
     write_file(path / "config.json", json.dumps({
         "architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
         "model_type": "qwen3", "block_size": block_size,
@@ -65,7 +69,7 @@ def write_draft_model(path: Path, block_size: int = 16) -> Path:
         "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
         "use_sliding_window": False, "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
         "bos_token_id": 151643, "eos_token_id": 151645, "vocab_size": 151936, "dtype": "bfloat16",
-        "use_cache": True,
+        "use_cache": True, **profile,
     }, indent=2) + "\n")
     return path
 
@@ -74,6 +78,7 @@ def write_models(models: Path) -> None:
     """The serving host's ``models/``: the target, its DFlash and EAGLE-3 drafts, a small model."""
     write_target_model(models / TARGET_MODEL)
     write_draft_model(models / DRAFT_MODEL)
+    write_draft_model(models / WEAK_DRAFT_MODEL, acceptance=0.6)
     write_file(models / EAGLE_DRAFT_MODEL / "config.json", json.dumps({
         "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
         "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 12288,

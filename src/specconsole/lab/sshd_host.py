@@ -60,7 +60,7 @@ def make_host(root: Path, name: str, address: str, keys: Path, scenario: Path, s
         # PYENV_REHASH_TIMEOUT: should it run `pyenv init` anyway, no command queues
         # behind pyenv's global rehash lock
         f'SetEnv PATH="{path}" SPECCONSOLE_LAB_HOST={name} SPECCONSOLE_LAB_ROOT="{root}" '
-        f'{LAB_CUDA_ENV}="{lab_cuda(SERVE_GPUS if name == "serve" else TRAIN_GPUS)}" '
+        f'{LAB_CUDA_ENV}="{lab_cuda(SERVE_GPUS if name.startswith("serve") else TRAIN_GPUS)}" '
         f'PYENV_REHASH_TIMEOUT=1 SHLVL=1',
         "",
     ]))

@@ -25,6 +25,10 @@ SIGTERM/SIGINT: the torchrun launcher forwards the signal to every worker's proc
 workers agree (an all-reduce of a stop flag) to stop after the current step, rank 0 logs the
 stop and all exit 0. Each worker sees ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from torchrun.
 
+While ``--freeze-file`` exists the workers keep running (and keep agreeing, every 50 ms, that it
+does) but take no step and log nothing: a stalled job, as ``specconsole lab freeze-training`` makes
+one for the stall alert; removing the file (``thaw-training``) resumes training where it stopped.
+
 Spell the option ``--log-path``: under torchrun a bare ``--log`` never reaches the trainer,
 because torchrun's own parser rejects it as an ambiguous prefix of ``--log-dir``/``--logs-specs``.
 ``--log`` works only without torchrun (``python -m specconsole.lab.trainer --log PATH``), which
@@ -74,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-tokens", type=int, default=2048, help="tokens per worker per step")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--freeze-file", default=None,
+                   help="while this file exists the job makes no progress but keeps running (the lab's "
+                        "`specconsole lab freeze-training`: a stalled job, for the stall alert)")
     args = p.parse_args(argv)
     if args.epochs <= 0:
         p.error("--epochs must be positive")
@@ -167,13 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     step = 0
     flag = torch.zeros(1)
     status = 0
+    freeze = Path(args.freeze_file).expanduser() if args.freeze_file else None
     try:
         while step < args.steps:
-            flag[0] = 1.0 if stop.signal else 0.0
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
-            if flag.item() > 0:
+            # 2: stop; 1: frozen (no step, no log line, processes alive: a hung job); 0: train
+            flag[0] = 2.0 if stop.signal else 1.0 if freeze is not None and freeze.exists() else 0.0
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops (or waits) at the same step
+            if flag.item() >= 2:
                 _log(out, f"Received {stop.signal or 'SIGTERM'} at step {step}, stopping training")
                 break
+            if flag.item() >= 1:
+                time.sleep(0.05)
+                continue
             t0 = time.monotonic()
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)

@@ -15,15 +15,17 @@ from specconsole.lab.procs import descendants, send_signal, spawn, wait_dead
 
 
 def start_trainer(o: LabOptions, root: Path, train_log: Path, pid_file: Path, env: dict[str, str],
-                  state: LabState, say: Say) -> int:
+                  state: LabState, say: Say, freeze_file: Path | None = None) -> int:
     """Start the job in the training host's folder ``root``, logging to ``train_log``; the launcher's pid
-    (also written to ``pid_file``)."""
+    (also written to ``pid_file``). While ``freeze_file`` exists the job runs without progress."""
     train_log.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
             "-m", "specconsole.lab.trainer", "--log-path", str(train_log),
             "--steps", str(o.trainer_steps), "--epochs", str(o.trainer_epochs),
             "--steps-per-epoch", str(o.trainer_steps_per_epoch),
             "--step-seconds", str(o.trainer_step_seconds)]
+    if freeze_file is not None:
+        argv += ["--freeze-file", str(freeze_file)]
     env = {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     out = open(root / "logs" / "torchrun.out", "ab")  # noqa: SIM115
     proc = spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=root)

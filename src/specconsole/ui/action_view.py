@@ -19,6 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
+from specconsole.actions.rollout_board import Board
 from specconsole.actions.steps import StepEvent
 from specconsole.ui.format import escape
 
@@ -181,6 +182,9 @@ class ActionPanel(Vertical):
         super().__init__(classes="pane action-panel", **kwargs)
         self.track: ActionTrack | None = None
         self.state_fn: Callable[[], str] | None = None
+        #: a rollout's one line per replica (:class:`~specconsole.actions.rollout_board.Board`): shown
+        #: instead of the step list; the replicas' events go to it, the rollout's own to the track
+        self.board: Board | None = None
         self._shown_count = -1
 
     def compose(self) -> ComposeResult:
@@ -199,6 +203,7 @@ class ActionPanel(Vertical):
         """Show a new action (replacing a finished one)."""
         self.track = ActionTrack(title, host, now, action=action)
         self.state_fn = state
+        self.board = None
         self._shown_count = -1
         self.display = True
         self.redraw(now)
@@ -208,6 +213,12 @@ class ActionPanel(Vertical):
         """Show ``event`` if it belongs to the action shown (False: it does not)."""
         if self.track is None or (self.track.action and event.action != self.track.action):
             return False
+        if self.board is not None and event.host:  # a replica's event: its board line, and the latest line
+            self.board.feed(event)
+            self.track.count += 1
+            self.track.latest = f"{event.host}: {event.message}"
+            self.redraw(event.at)
+            return True
         self.track.feed(event)
         self.redraw(event.at)
         return True
@@ -240,11 +251,18 @@ class ActionPanel(Vertical):
         latest_rows = (2 if len(latest) > self.size.width - 8 else 1) if latest else 0
         state = self.state_line
         tall = self.screen.has_class("-tall") if self.is_attached else False
-        wanted = len(track.rows) + max(1, latest_rows) + 3
+        board = self.board
+        wanted = (len(board.replicas) + 1 if board is not None else len(track.rows)) + max(1, latest_rows) + 3
         height = max(6, min(16 if tall else 12, wanted))
         rows = height - 2 - latest_rows - (1 if state else 0)  # inside the border, above the last lines
         steps = self.query_one("#action-steps", Static)
-        lines = track.step_lines(now, rows, width=steps.size.width or None)
+        if board is not None:  # one line per replica (the scroll shows the ones past the panel's height);
+            # the rollout's own step is in the title
+            lines = [escape(line) for line in board.lines(max(20, steps.size.width or 80), now=now)]
+            if track.rows:
+                self.border_title += f" · {escape(track.rows[-1].name)}"
+        else:
+            lines = track.step_lines(now, rows, width=steps.size.width or None)
         steps.update("\n".join(lines) or "starting…")
         mark = "✓ " if track.ok else ("✗ " if track.finished else "… ")
         self.query_one("#action-latest", Static).update(f"[$text-muted]{escape(mark + latest)}[/]" if latest else "")

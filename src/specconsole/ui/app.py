@@ -57,6 +57,7 @@ from specconsole.shutdown import ExitGuard, kill_children
 from specconsole.ui import context
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.app_actions import ConsoleActions
+from specconsole.ui.app_alerts import ConsoleAlerts
 from specconsole.ui.app_leaving import Leaving
 from specconsole.ui.eval_pane import EvalPane
 from specconsole.ui.fleet_view import FleetNavigator, FleetView
@@ -129,6 +130,7 @@ class ConsoleApp(App[int]):
         self._console_thread_id = threading.get_ident()
         self._cli_theme = theme
         super().__init__()
+        self.alerts = ConsoleAlerts(config, self.events, bell=self.bell)  # the engine runs at each redraw
         self._install_bindings()
         self._register_themes()
         remembered = self.console_state.theme
@@ -226,6 +228,7 @@ class ConsoleApp(App[int]):
             self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
         self.query_one(ActionPanel).display = False
         self.fleet_nav.apply()
+        self.alerts.start()
         self.refresh_panes()
 
     async def _start_fleet(self) -> None:
@@ -235,6 +238,7 @@ class ConsoleApp(App[int]):
             self.events.emit(f"starting the monitors failed: {err}", level="error")
 
     async def on_unmount(self) -> None:
+        await self.alerts.stop()
         await self.leaving.stopped()
 
     # -- leaving (app_leaving.py) ------------------------------------------------------
@@ -299,6 +303,7 @@ class ConsoleApp(App[int]):
             return
         now = self.clock()
         statuses = self.statuses()
+        self.alerts.tick(statuses.values(), now)
         self.history.seed(self.fleet.take_history())  # plots' history from Prometheus' query_range
         for s in statuses.values():
             self.history.record(s)
@@ -310,7 +315,8 @@ class ConsoleApp(App[int]):
                 pane.show(statuses.get(pane.host.name), view)
         rows = self.fleet_nav.rows(list(statuses.values()), view)
         self.fleet_nav.show(view)
-        summary.show(list(statuses.values()), view, rows if self.fleet_nav.fleet_mode else None)
+        summary.show(list(statuses.values()), view, rows if self.fleet_nav.fleet_mode else None,
+                     self.alerts.summary())
         self._seen.update(name for name, s in statuses.items() if s.complete)
         action = self._one(ActionPanel)
         if action is not None and action.display:
@@ -422,6 +428,19 @@ class ConsoleApp(App[int]):
 
     def action_deploy_checkpoint(self) -> None:
         self.actions.start("deploy_checkpoint")
+
+    def action_fleet_mark(self) -> None:
+        view = self.fleet_nav.view
+        host = view.table.toggle_mark() if view is not None else None
+        if view is not None and host is not None:
+            marked = ", ".join(sorted(view.table.marked)) or "none"
+            self.notify(f"marked for a rollout: {marked}", timeout=3)
+
+    def action_rollout(self) -> None:
+        self.actions.start("rollout")
+
+    def action_abort_rollout(self) -> None:
+        self.actions.abort_rollout()
 
     def action_close_action_view(self) -> None:
         if not self.actions.close_view():

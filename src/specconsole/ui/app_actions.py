@@ -9,6 +9,7 @@ handing it this object as its :class:`~specconsole.ui.flows.FlowContext`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -53,6 +54,8 @@ class ConsoleActions:
         self._no_audit = no_audit
         #: the id of the flow running now (one at a time)
         self.running: str | None = None
+        #: set by the abort key while a rollout runs (the rollout flow makes it)
+        self.rollout_abort: asyncio.Event | None = None
         self._echoes: list[Notification] = []  # toasts that repeat the action view (see ``echo``)
 
     # -- the FlowContext ---------------------------------------------------------------
@@ -94,6 +97,23 @@ class ConsoleActions:
 
     def selected_checkpoint(self) -> tuple[str, Checkpoint] | str:
         return selected_checkpoint(self.app)
+
+    def marked_hosts(self) -> set[str]:
+        """The hosts marked in the fleet view (``m``) for a rollout."""
+        from specconsole.ui.fleet_view import FleetTable
+
+        table = find(self.app, FleetTable)
+        return set(table.marked) if table is not None else set()
+
+    def abort_rollout(self) -> None:
+        """The abort key: the running rollout stops and rolls back what it changed."""
+        if self.rollout_abort is None or self.running != "rollout":
+            self.notify("no rollout is running", severity="warning", timeout=4)
+            return
+        if not self.rollout_abort.is_set():
+            self.rollout_abort.set()
+            self.events.emit("rollout: abort pressed: stopping and rolling back what it changed", level="warning")
+        self.notify("aborting: the rollout stops and rolls back what it changed", severity="warning", timeout=6)
 
     # -- the action view ---------------------------------------------------------------
     @property

@@ -90,6 +90,8 @@ class FleetTable(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.rows: list[FleetRow] = []
         self.cursor_host: str | None = None
+        #: hosts marked (``m``) for a rollout across them (``R``)
+        self.marked: set[str] = set()
         self.palette = fmt.Palette()
         self._columns: list[Column] = []
         self._width = 0
@@ -171,6 +173,15 @@ class FleetTable(ScrollView, can_focus=True):
     def action_page(self, direction: int) -> None:
         self._move_to(self.cursor + direction * max(1, self.scrollable_content_region.height - 2))
 
+    def toggle_mark(self) -> str | None:
+        """Mark or unmark the host under the cursor (for a rollout); its name, or None."""
+        host = self.cursor_host
+        if host is None:
+            return None
+        self.marked ^= {host}
+        self.refresh_lines(self.cursor + 1)
+        return host
+
     def action_select(self) -> None:
         if self.cursor_host is not None:
             self.post_message(self.Selected(self.cursor_host))
@@ -231,6 +242,9 @@ class FleetTable(ScrollView, can_focus=True):
         row = self.rows[index]
         selected = row.name == self.cursor_host
         cells = row.cells
+        if row.name in self.marked:  # marked for a rollout: a check before the name
+            text, role = cells.get("name", (row.name, ""))
+            cells = {**cells, "name": ("✓" + text, role)}
         cached = self._lines.get(row.name)
         if cached is not None and cached[0] == (cells, selected):
             return cached[1]

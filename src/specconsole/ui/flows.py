@@ -12,6 +12,7 @@ names it.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -82,6 +83,11 @@ class FlowContext(StatusView, Protocol):
 
     def selected_checkpoint(self) -> tuple[str, Checkpoint] | str:
         """(training host, checkpoint) under the training pane's cursor, or why there is none."""
+
+    def marked_hosts(self) -> set[str]:
+        """The hosts marked in the fleet view for a rollout."""
+
+    rollout_abort: asyncio.Event | None
 
 
 def _host(app: FlowContext, role: str, what: str) -> tuple[HostConfig, Host] | None:

@@ -450,8 +450,12 @@ class SummaryBar(TextBlock):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("specconsole", **kwargs)
 
-    def show(self, statuses: list[HostStatus], view: View, fleet: Sequence[FleetRow] | None = None) -> None:
+    def show(self, statuses: list[HostStatus], view: View, fleet: Sequence[FleetRow] | None = None,
+             alert: str | None = None) -> None:
+        """``alert``: the worst active alert (markup), shown first so that 80 columns keep it."""
         parts = ["[b]specconsole[/]"] if self.size.width >= 120 else []
+        if alert:
+            parts.append(alert)
         if fleet is not None:  # the fleet view: counts per state (a badge per host would not fit)
             self.set(" │ ".join([*parts, summary_text(fleet)]))
             return

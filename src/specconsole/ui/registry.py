@@ -18,6 +18,7 @@ from textual.keys import format_key
 
 from specconsole.config import Config
 from specconsole.ui.flows import FlowContext, deploy_checkpoint_flow, deploy_flow, kill_training_flow
+from specconsole.ui.rollout_flow import rollout_flow
 
 
 class ActionContext(Protocol):
@@ -64,6 +65,14 @@ def _fleet_shown(ctx: ActionContext) -> str | None:
     return None if ctx.fleet_shown else "only in the fleet view (f shows it)"
 
 
+def _has_router(ctx: ActionContext) -> str | None:
+    return None if ctx.config.router is not None else "no [router] configured"
+
+
+def _fleet_and_router(ctx: ActionContext) -> str | None:
+    return _has_router(ctx) or _fleet_shown(ctx)
+
+
 #: A destructive action's whole flow (confirm, then act, every step reported), run in a worker.
 Flow = Callable[[FlowContext], Awaitable[None]]
 
@@ -80,9 +89,6 @@ class ActionSpec:
     destructive: bool = False
     available: Availability = _always
     show: bool = True  # in the footer
-    #: Confirm dialog title and button for destructive actions.
-    confirm_title: str = ""
-    confirm_button: str = ""
     flow: Flow | None = None
     #: the action name the flow's step events carry, when not the id
     steps_as: str = ""
@@ -112,17 +118,22 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("kill_training", "k", "Kill training",
                "Stop the training job (torchrun and all workers) after confirmation",
                destructive=True, available=_has_train_host,
-               confirm_title="Kill the training job?", confirm_button="Kill training",
                flow=kill_training_flow, steps_as="kill-training"),
     ActionSpec("deploy", "d", "Deploy",
                "Deploy a draft model / speculative settings to SGLang (restarts it) after confirmation",
-               destructive=True, available=_has_serve_host,
-               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy", flow=deploy_flow),
+               destructive=True, available=_has_serve_host, flow=deploy_flow),
     ActionSpec("deploy_checkpoint", "D", "Deploy checkpoint",
                "Open the deploy wizard with the checkpoint selected in the training pane as the draft model",
                destructive=True, available=_has_train_and_serve_host, show=False,
-               confirm_title="Deploy and restart SGLang?", confirm_button="Deploy",
                flow=deploy_checkpoint_flow, steps_as="deploy"),
+    ActionSpec("fleet_mark", "m", "Mark", "Fleet view: mark or unmark the host under the cursor (for R)",
+               available=_fleet_shown, show=False),
+    ActionSpec("rollout", "R", "Roll out",
+               "Roll a change out across the marked replicas behind the router (canary first, gated)",
+               destructive=True, available=_fleet_and_router, show=False, flow=rollout_flow),
+    ActionSpec("abort_rollout", "X", "Abort rollout",
+               "Stop the running rollout and roll back what it changed", available=_has_router,
+               show=False),
     ActionSpec("quit", "q", "Quit", "Leave the console (monitors stop; nothing on the hosts changes)"),
 )
 

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from rich.markup import escape
@@ -32,6 +32,7 @@ from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 from specconsole.recorder.recording import Recording
 from specconsole.recorder.records import FleetState, step_fields
 from specconsole.ui.app import ConsoleApp
+from specconsole.ui.app_alerts import ConsoleAlerts
 from specconsole.ui.history import History
 from specconsole.ui.registry import BY_ID, REGISTRY, REPLAY_REGISTRY, ActionSpec, registry_bindings
 
@@ -159,6 +160,33 @@ def replay_config(state: FleetState, path: str) -> Config:
     return parse_config({"hosts": hosts or [{"name": "nothing-recorded", "role": "both"}]}, f"{path} (hosts)")
 
 
+class ReplayAlerts(ConsoleAlerts):
+    """A replay's alerts: the ones the recording says were firing at the replay clock (in the
+    summary bar as the console showed them); no rule is evaluated and nothing delivered (a replay
+    rings no bell and posts no webhook)."""
+
+    def __init__(self, fleet: ReplayFleet) -> None:  # no engine, no delivery
+        self.fleet = fleet
+
+    def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def tick(self, statuses: Iterable[HostStatus], now: float) -> None:
+        pass
+
+    def summary(self) -> str | None:
+        alerts = self.fleet.state.alerts
+        worst = self.fleet.state.worst_alert()
+        if worst is None:
+            return None
+        more = f" +{len(alerts) - 1}" if len(alerts) > 1 else ""
+        colour = "$error" if worst.level == "error" else "$warning"
+        return f"[b {colour}]▲ {escape(f'{worst.name} on {worst.host}')}{more}[/]"
+
+
 class TimelineBar(Static):
     """``REPLAY read-only ▶ 4x 12:03:04 ━━━━━●────── 12:00:00–12:30:00`` and the timeline's keys."""
 
@@ -197,6 +225,7 @@ class ReplayApp(ConsoleApp):
     def __init__(self, fleet: ReplayFleet, config: Config, **kwargs: Any) -> None:
         super().__init__(config, fleet=fleet, read_only=True, clock=fleet.clock, **kwargs)
         self.replay = fleet
+        self.alerts = ReplayAlerts(fleet)
         fleet.on_jump = self._jumped
         self.events.subscribe(self._replayed_step)
 

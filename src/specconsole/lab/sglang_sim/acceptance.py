@@ -16,6 +16,10 @@ token ids). The mean accept length per verify step (bonus token included) is:
   and never exceeds the block;
 * DSPARK like DFLASH (x0.95) on gamma + 1; NGRAM about 1.5.
 
+The draft model's acceptance profile: a draft folder whose ``config.json`` holds
+``"specconsole_lab_acceptance": F`` (the lab's weaker drafts) scales the gain over 1.0 by ``F``
+(0.6: a draft that accepts clearly less), so a rollout's quality gate has something to catch.
+
 Per-step accept lengths are drawn from a truncated geometric whose mean is that value,
 from one uniform per step seeded by the prompt alone (common random numbers: for a
 given prompt a deployment with a higher mean never accepts less), so at temperature 0
@@ -31,7 +35,9 @@ for DFLASH), so tokens / e2e_latency is a meaningful tokens/s.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -62,6 +68,8 @@ class SpecModel:
     window: int | None
     #: DDTREE's node budget (None for the other algorithms)
     budget: int | None = None
+    #: the draft model's acceptance profile: the gain over 1.0 is scaled by this
+    profile: float = 1.0
 
     @classmethod
     def from_args(cls, a: dict[str, Any]) -> SpecModel:
@@ -71,7 +79,8 @@ class SpecModel:
         return cls(algo, int(a.get("speculative_num_steps") or 1),
                    int(a.get("speculative_eagle_topk") or 1),
                    int(a.get("speculative_num_draft_tokens") or 1),
-                   a.get("speculative_draft_window_size"), a.get("speculative_ddtree_budget"))
+                   a.get("speculative_draft_window_size"), a.get("speculative_ddtree_budget"),
+                   draft_profile(a.get("speculative_draft_model_path")))
 
     @property
     def key(self) -> str:
@@ -108,6 +117,7 @@ class SpecModel:
             value = 1.0 + gain * ctx * q * (0.95 if algo == "DSPARK" else 1.0) * tree
         else:  # NGRAM
             value = 1.0 + 0.8 * q * (1.0 - math.exp(-self.num_draft_tokens / 6.0))
+        value = 1.0 + (value - 1.0) * self.profile
         cap = self.cap
         return min(value, 1.0 + 0.97 * (cap - 1))
 
@@ -120,6 +130,22 @@ class SpecModel:
         if algo in ("DFLASH", "DSPARK", "DDTREE"):
             return 1.22 + 0.012 * self.num_draft_tokens + 0.004 * (self.budget or 0)
         return 1.05 + 0.01 * self.num_draft_tokens
+
+
+#: The key in a draft model's ``config.json`` that sets its simulated acceptance profile.
+PROFILE_KEY = "specconsole_lab_acceptance"
+
+
+def draft_profile(draft_path: object) -> float:
+    """The acceptance profile of the draft model in ``draft_path`` (1.0: none given)."""
+    if not draft_path:
+        return 1.0
+    try:
+        with open(os.path.join(str(draft_path), "config.json"), encoding="utf-8") as f:
+            value = json.load(f).get(PROFILE_KEY, 1.0)
+    except (OSError, ValueError, AttributeError):
+        return 1.0
+    return float(value) if isinstance(value, (int, float)) and 0 < value <= 2 else 1.0
 
 
 def _geometric_p(mean: float, cap: int) -> float:

@@ -1,0 +1,118 @@
+"""A rollout's quality gate: the changed replica's acceptance length and tokens/s against a baseline.
+
+The gate text (``--gate``, ``[router] gate``) is a comma-separated list of
+``METRIC>=FACTOR*baseline`` with METRIC ``accept_len`` (completion tokens / verify steps over the
+gate's prompts) or ``tok_s`` (completion tokens / the server's own end-to-end latency), e.g. the
+default ``accept_len>=0.95*baseline,tok_s>=0.9*baseline``. The baseline is the same prompts on a
+replica not yet changed in the same run; both go straight to the replica (not through the router),
+one prompt at a time at temperature 0, so both runs see the same prompts the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specconsole.errors import SpecConsoleError
+
+METRICS = {"accept_len": "acceptance length", "tok_s": "tokens/s"}
+_TERM = re.compile(r"^\s*(?P<metric>[a-z_]+)\s*>=\s*(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?baseline\s*$")
+
+
+class GateError(SpecConsoleError):
+    """The gate text cannot be read; the message says what and the fix."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Threshold:
+    metric: str
+    factor: float
+
+    def text(self) -> str:
+        return f"{self.metric}>={self.factor:g}*baseline"
+
+
+def parse_gate(text: str) -> tuple[Threshold, ...]:
+    """``accept_len>=0.95*baseline,tok_s>=0.9*baseline`` -> thresholds; a one-line GateError else."""
+    example = 'e.g. --gate "accept_len>=0.95*baseline,tok_s>=0.9*baseline"'
+    terms = [t for t in text.split(",") if t.strip()]
+    if not terms:
+        raise GateError(f"--gate: empty gate {text!r}; {example}")
+    out: list[Threshold] = []
+    for term in terms:
+        m = _TERM.match(term)
+        if m is None:
+            raise GateError(f"--gate: cannot read {term.strip()!r}: write METRIC>=FACTOR*baseline with METRIC "
+                            f"{' or '.join(METRICS)}; {example}")
+        if m["metric"] not in METRICS:
+            raise GateError(f"--gate: unknown metric {m['metric']!r} in {term.strip()!r}: the gate compares "
+                            f"{' and '.join(METRICS)}; {example}")
+        factor = float(m["factor"] or 1.0)
+        if not 0 < factor <= 10:
+            raise GateError(f"--gate: factor {factor:g} in {term.strip()!r} must be in (0, 10]; {example}")
+        out.append(Threshold(m["metric"], factor))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the gate's prompts gave on one replica."""
+
+    accept_len: float
+    tok_s: float
+    prompts: int
+    tokens: int
+
+    def get(self, metric: str) -> float:
+        return float(getattr(self, metric))
+
+    def text(self) -> str:
+        return f"accept {self.accept_len:.2f}, {self.tok_s:.0f} tok/s ({self.prompts} prompts, {self.tokens} tokens)"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    line: str
+
+
+def judge(figures: Figures, baseline: Figures, thresholds: tuple[Threshold, ...]) -> Verdict:
+    """Each threshold against the baseline; the line names every figure and what failed."""
+    parts, failed = [], []
+    for t in thresholds:
+        need, got = t.factor * baseline.get(t.metric), figures.get(t.metric)
+        ok = got >= need
+        parts.append(f"{t.metric} {got:.2f} {'>=' if ok else '<'} {t.factor:g}*{baseline.get(t.metric):.2f} "
+                     f"= {need:.2f}")
+        if not ok:
+            failed.append(f"{METRICS[t.metric]} {got:.2f} < {need:.2f} ({t.text()})")
+    if failed:
+        return Verdict(False, "gate FAILED: " + "; ".join(failed))
+    return Verdict(True, "gate passed: " + "; ".join(parts))
+
+
+Generate = Callable[[str, int], Awaitable[dict[str, Any]]]
+
+
+async def measure(generate: Generate, prompts: list[tuple[str, int]],
+                  progress: Callable[[int, int], None] | None = None) -> Figures:
+    """Send each ``(text, max_new_tokens)`` through ``generate`` (``SglangClient.generate``) one at
+    a time; sum completion tokens, verify steps and the server's own latency."""
+    tokens = verify = 0
+    latency = 0.0
+    for i, (text, max_new) in enumerate(prompts):
+        meta = (await generate(text, max_new)).get("meta_info") or {}
+        n = int(meta.get("completion_tokens") or 0)
+        tokens += n
+        verify += int(meta.get("spec_verify_ct") or 0) or n  # no speculation: one token per step
+        latency += float(meta.get("e2e_latency") or 0.0)
+        if progress is not None:
+            progress(i + 1, len(prompts))
+    if tokens <= 0 or latency <= 0:
+        raise GateError("the gate's prompts gave no tokens (or no e2e_latency in meta_info); "
+                        "check the replica's /generate")
+    return Figures(tokens / max(1, verify), tokens / latency, len(prompts), tokens)

@@ -1,0 +1,57 @@
+"""The rollout's gate text, verdicts and the one-line-per-replica board (no lab)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specconsole.actions.gate import Figures, GateError, Threshold, judge, parse_gate
+from specconsole.actions.rollout import Replica
+from specconsole.actions.rollout_board import Board
+from specconsole.actions.steps import StepEvent
+from specconsole.config import parse_config
+
+
+def test_gate_text() -> None:
+    assert parse_gate("accept_len>=0.95*baseline,tok_s>=0.9*baseline") == (
+        Threshold("accept_len", 0.95), Threshold("tok_s", 0.9))
+    assert parse_gate(" accept_len >= baseline ") == (Threshold("accept_len", 1.0),)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("", "empty gate"),
+    ("accept_len>0.9*baseline", "cannot read 'accept_len>0.9*baseline'"),
+    ("latency>=0.9*baseline", "unknown metric 'latency'"),
+    ("tok_s>=0*baseline", "must be in (0, 10]"),
+])
+def test_bad_gate_text_is_one_line(text: str, needle: str) -> None:
+    with pytest.raises(GateError) as err:
+        parse_gate(text)
+    assert needle in str(err.value) and "\n" not in str(err.value) and "--gate" in str(err.value)
+
+
+def test_judge_names_every_figure_and_what_failed() -> None:
+    base = Figures(5.0, 400.0, 3, 300)
+    gate = parse_gate("accept_len>=0.95*baseline,tok_s>=0.9*baseline")
+    ok = judge(Figures(4.9, 380.0, 3, 300), base, gate)
+    assert ok.passed and "accept_len 4.90 >= 0.95*5.00 = 4.75" in ok.line
+    bad = judge(Figures(3.1, 390.0, 3, 300), base, gate)
+    assert not bad.passed and bad.line == "gate FAILED: acceptance length 3.10 < 4.75 (accept_len>=0.95*baseline)"
+
+
+def test_board_fits_eight_replicas_at_80_columns() -> None:
+    hosts = [{"name": f"serve{i}", "role": "serve", "sglang": {"base_url": f"http://127.0.0.1:{3000 + i}"}}
+             for i in range(1, 9)]
+    config = parse_config({"hosts": hosts})
+    replicas = [Replica(c, host=None) for c in config.hosts]  # type: ignore[arg-type]
+    board = Board(replicas, Figures(5.1, 437.0, 3, 357))
+    replicas[0].state, replicas[0].figures = "promoted", Figures(5.25, 449.6, 3, 357)
+    replicas[1].state = "deploying"
+    board.feed(StepEvent("rollout", "step", "restarting sglang.service", step="restart", host="serve2", at=100.0))
+    board.feed(StepEvent("rollout", "heartbeat", "`systemctl restart -- sglang.service` running for 1.5s; "
+                         "activating (start), MainPID 4242, last journal line: Loading safetensors checkpoint shards",
+                         step="restart", host="serve2", at=101.5))
+    lines = board.lines(80, now=102.0)
+    assert len(lines) == 8 and all(len(line) <= 80 for line in lines)
+    assert lines[0].startswith("serve1   promoted") and "acc 5.25/5.10 450/437 tok/s" in lines[0]
+    assert lines[1].startswith("serve2   deploying   restart             2.0s  … `systemctl restart")
+    assert lines[2].rstrip() == "serve3   waiting     -                      -"

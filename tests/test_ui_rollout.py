@@ -1,0 +1,73 @@
+"""The console's rollout parts (Pilot, no lab): m marks fleet rows; the action view shows one line
+per replica during a rollout and 8 of them fit 80x24 (the lab tests in test_rollout.py run the rollout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import sample_data as sd
+from fleet_sample import fixed_fleet, fleet_config
+from specconsole.actions.gate import Figures
+from specconsole.actions.rollout import Replica
+from specconsole.actions.rollout_board import Board
+from specconsole.actions.steps import StepEvent
+from specconsole.ui.action_view import ActionPanel
+from specconsole.ui.app import ConsoleApp
+from specconsole.ui.fleet_view import FleetTable
+from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+pytestmark = pytest.mark.timeout(90)
+NOW = sd.FROZEN_NOW
+
+
+def app_of(tmp_path: Path, n: int) -> ConsoleApp:
+    return ConsoleApp(fleet_config(n, str(tmp_path / "state")), fleet=fixed_fleet(n, NOW), clock=lambda: NOW,
+                      themes=load_themes([BUNDLED_DIR]))
+
+
+async def test_m_marks_and_unmarks_fleet_rows(tmp_path: Path) -> None:
+    app = app_of(tmp_path, 12)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        table = app.query_one(FleetTable)
+        first = table.cursor_host
+        await pilot.press("m", "down", "m")
+        await pilot.pause()
+        second = table.cursor_host
+        assert first and second and app.actions.marked_hosts() == {first, second}
+        assert f"✓{first}" in app.screen_text() and f"✓{second}" in app.screen_text()
+        await pilot.press("m")
+        await pilot.pause()
+        assert app.actions.marked_hosts() == {first}
+
+
+async def test_eight_replicas_one_line_each_at_80x24(tmp_path: Path) -> None:
+    app = app_of(tmp_path, 16)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        serve = [h for h in app.actions.config.serve_hosts][:8]
+        replicas = [Replica(c, host=None) for c in serve]  # type: ignore[arg-type]
+        panel = app.actions.open("rollout", "Roll out to 8 replicas", serve[0].name)
+        board = Board(replicas, Figures(5.10, 437.0, 3, 357))
+        panel.board = board
+        at = NOW
+        app.actions.emit(StepEvent("rollout", "step", "measuring the gate's 3 prompts", step="baseline", at=at))
+        replicas[0].state, replicas[0].figures = "promoted", Figures(5.25, 449.6, 3, 357)
+        replicas[1].state = "deploying"
+        for i, r in enumerate(replicas[:2]):
+            app.actions.emit(StepEvent("rollout", "step", "restarting", step="restart", host=r.name, at=at + i))
+            app.actions.emit(StepEvent("rollout", "heartbeat", "`systemctl restart -- sglang.service` running for 1.0s",
+                                       step="restart", host=r.name, at=at + i + 1))
+        await pilot.pause()
+        assert panel.display and not (panel.track and panel.track.finished)
+        screen = app.screen_text()
+        for r in replicas:
+            assert r.name in screen, r.name
+        assert "promoted" in screen and "acc 5.25/5.10 450/437 tok/s" in screen
+        assert "deploying" in screen and screen.count("waiting") == 6
+        assert "Roll out to 8 replicas · running 2.0s · baseline" in screen
+        assert "serve-001 promoted    restart             2.0s  acc 5.25/5.10 450/437 tok/s" in screen
+        region = app.query_one(ActionPanel).region
+        assert region.y + region.height <= 23 and region.width == 80
