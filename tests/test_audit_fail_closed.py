@@ -19,6 +19,7 @@ import pytest
 from conftest import wait_for
 from specconsole.config import parse_config
 from specconsole.lab.environment import Lab
+from specconsole.lab.lab_state import free_port
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.deploy_screen import DeployForm
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
@@ -97,9 +98,7 @@ def test_no_audit_acts_without_a_record_and_says_so(lab_hosts: Lab, tmp_path: Pa
 
 
 def console_config(tmp_path: Path, audit_log: Path) -> object:
-    with socket.socket() as s:  # a port nothing listens on: the hosts stay unreachable
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on: the hosts stay unreachable
     return parse_config({
         "console": {"state_dir": str(tmp_path / "state"), "audit_log": str(audit_log)},
         "hosts": [{"name": "gpu1", "role": "both", "connect": "ssh", "host": "127.0.0.1", "port": port,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import sample_data as sd
 from conftest import shared_sglang_judge, wait_for
 from specconsole.eval.cli import start_eval
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
+from specconsole.lab.lab_state import free_port
 from specconsole.lab.simlab import SimServer, dflash_draft_dir
 from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
 
@@ -342,9 +342,7 @@ async def test_the_console_answers_the_panes_run_request(tmp_path: Path) -> None
     from specconsole.ui.app import ConsoleApp
     from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     config = sd.sample_config(str(tmp_path / "state"))
     serve = config.host("serve")
     assert serve.sglang is not None

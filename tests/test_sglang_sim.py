@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import pytest
 
 from conftest import shared_sglang_judge, wait_for
 from specconsole.lab import sglang_sim
+from specconsole.lab.lab_state import free_port
 from specconsole.sglang import SglangClient, SglangError
 
 PROMPTS = [
@@ -29,12 +29,6 @@ PROMPTS = [
 
 
 # -- helpers ------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Sim:
     proc: subprocess.Popen[bytes]

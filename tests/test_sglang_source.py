@@ -24,18 +24,13 @@ from specconsole.config import HostConfig, SglangConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.environment import Lab
+from specconsole.lab.lab_state import free_port
 from specconsole.samples import Sample
 from specconsole.sglang import SglangClient, SglangError, parse_metrics
 from specconsole.sources.sglang import ServerState, SglangSnapshot, SglangSource
 
 
 # -- helpers ------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def local_host() -> LocalHost:
     return LocalHost(HostConfig(name="gpu1", role="serve"))
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from conftest import wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import parse_config
+from specconsole.lab.lab_state import free_port
 from specconsole.ui.action_view import ActionPanel, ActionTrack
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.deploy_screen import DeployForm, algorithm_choices
@@ -111,9 +111,7 @@ async def test_action_view_stays_until_dismissed_and_fits_80x24(tmp_path: Path) 
 
 
 async def test_d_with_the_serving_host_down_says_so_on_screen(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nothing listens on: the serving host stays unreachable
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on: the serving host stays unreachable
     cfg = parse_config({
         "console": {"state_dir": str(tmp_path / "state"), "audit_log": str(tmp_path / "audit.log")},
         "hosts": [{"name": "serve", "role": "serve", "connect": "ssh", "host": "127.0.0.1", "port": port,

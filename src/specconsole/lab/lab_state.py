@@ -5,6 +5,7 @@ small helpers each part uses (:func:`write_file`, :func:`free_port`)."""
 from __future__ import annotations
 
 import json
+import random
 import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -130,7 +131,40 @@ def write_file(path: Path, text: str, mode: int | None = None) -> None:
         path.chmod(mode)
 
 
+#: Listening ports come from here up to the kernel's ephemeral range (see :func:`free_port`).
+PORTS_FROM = 20000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+    """A TCP port nothing is bound to at ``address``, for a lab part to listen on.
+
+    It is taken below the kernel's ephemeral range (``ip_local_port_range``), where no outgoing
+    connection (the tests' HTTP load through the router, SSH sessions) can take it between this
+    check and the listener's bind: a kernel-chosen port (``bind(0)``) could be, and a simulator
+    then failed with "address already in use". A random start keeps concurrent labs (pytest-xdist
+    workers) apart; one process never hands out a port twice."""
+    low = _ephemeral_low()
+    if low - PORTS_FROM >= 1000:
+        pick = random.SystemRandom()
+        for _ in range(500):
+            port = pick.randrange(PORTS_FROM, low)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind((address, port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: the kernel's choice
         s.bind((address, 0))
         return int(s.getsockname()[1])

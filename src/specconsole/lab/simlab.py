@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,11 +18,7 @@ from types import TracebackType
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from specconsole.lab.lab_state import free_port
 
 
 def dflash_draft_dir(root: str | os.PathLike[str], block_size: int = 16) -> str:
