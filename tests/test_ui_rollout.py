@@ -71,3 +71,29 @@ async def test_eight_replicas_one_line_each_at_80x24(tmp_path: Path) -> None:
         assert "serve-001 promoted    restart             2.0s  acc 5.25/5.10 450/437 tok/s" in screen
         region = app.query_one(ActionPanel).region
         assert region.y + region.height <= 23 and region.width == 80
+
+
+async def test_a_replica_done_is_its_board_line_not_a_toast_the_rollout_s_end_is(tmp_path: Path) -> None:
+    """At 80x24 a "Roll out ...: done" toast after each promoted replica covered the board's gate
+    figures while the rollout went on (seen in tmux on the demo with --serve 3)."""
+    app = app_of(tmp_path, 4)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        serve = [h for h in app.actions.config.serve_hosts][:2]
+        replicas = [Replica(c, host=None) for c in serve]  # type: ignore[arg-type]
+        panel = app.actions.open("rollout", "Roll out to 2 replicas", serve[0].name)
+        panel.board = Board(replicas, Figures(5.10, 437.0, 3, 357))
+        replicas[0].state = "promoted"
+        app.actions.emit(StepEvent("rollout", "done", f"{serve[0].name} promoted: draft_window=32",
+                                   host=serve[0].name, at=NOW))
+        await pilot.pause()
+
+        def ends() -> list[str]:
+            return [n.title for n in app._notifications if n.title.endswith((": done", ": FAILED"))]
+
+        assert ends() == []
+        assert panel.track is not None and not panel.track.finished
+        app.actions.emit(StepEvent("rollout", "done", "rollout promoted on all 2 replicas", at=NOW + 1))
+        await pilot.pause()
+        assert ends() == ["Roll out to 2 replicas: done"]
+        assert panel.track.finished

@@ -165,11 +165,14 @@ class ConsoleActions:
 
     def emit(self, event: StepEvent) -> None:
         """A step event of a running action: into the action view (when it is the one shown); a toast
-        when it ends."""
+        when it ends (not when one replica of a rollout is done: its board line says so, and a toast
+        per replica saying "done" would cover the board while the rollout goes on)."""
         panel = find(self.app, ActionPanel)
         if panel is None:
             return
         shown = panel.feed(event)
+        if shown and panel.replica_event(event):
+            return
         title = panel.track.title if shown and panel.track is not None else event.action
         if event.kind == "done":
             self.notify(event.message, title=f"{title}: done", timeout=8)
