@@ -3,6 +3,7 @@ per replica during a rollout and 8 of them fit 80x24 (the lab tests in test_roll
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,28 @@ async def test_a_replica_done_is_its_board_line_not_a_toast_the_rollout_s_end_is
         await pilot.pause()
         assert ends() == ["Roll out to 2 replicas: done"]
         assert panel.track.finished
+
+
+async def test_the_fleet_view_names_the_rollout_keys_when_a_router_is_configured(tmp_path: Path) -> None:
+    """Without it, m and R (not in the footer) were found only through the help screen."""
+    from specconsole.config import RouterConfig
+    from specconsole.ui.fleet_view import FleetView
+
+    config = fleet_config(4, str(tmp_path / "state"))
+    assert config.router is None
+    plain = ConsoleApp(config, fleet=fixed_fleet(4, NOW), clock=lambda: NOW, themes=load_themes([BUNDLED_DIR]))
+    async with plain.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "roll out" not in str(plain.query_one(FleetView).border_subtitle)
+    routed = replace(config, router=RouterConfig(url="http://127.0.0.1:1"))
+    for read_only, hint in ((False, True), (True, False)):
+        app = ConsoleApp(routed, fleet=fixed_fleet(4, NOW), clock=lambda: NOW, themes=load_themes([BUNDLED_DIR]),
+                         read_only=read_only)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            subtitle = str(app.query_one(FleetView).border_subtitle)
+            assert (" · m mark · R roll out" in subtitle) is hint, (read_only, subtitle)
+            if hint:
+                await pilot.press("f")
+                await pilot.pause()
+                assert "f host panes · m mark · R roll out" in app.screen_text()

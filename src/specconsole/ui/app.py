@@ -202,7 +202,7 @@ class ConsoleApp(App[int]):
         # past console.fleet_threshold hosts: the fleet view, and panes only for a host drilled into
         panes = per_host_panes(() if self.fleet_nav.fleet_mode else self.config.hosts)
         yield SummaryBar(id="summary")
-        yield FleetView(self.config, self.fleet_nav, id="fleet")
+        yield FleetView(self.config, self.fleet_nav, self.key_plan.key_of, id="fleet")
         with VerticalScroll(id="body"):
             with Container(id="hosts", classes=f"-n{min(len(panes['hosts']), 3)}"):
                 yield from panes["hosts"]

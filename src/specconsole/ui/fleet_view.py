@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 from rich.cells import cell_len, set_cell_size
@@ -267,9 +267,12 @@ class FleetView(Vertical):
     FleetView FleetTable { height: 1fr; }
     """
 
-    def __init__(self, config: Config, navigator: FleetNavigator | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: Config, navigator: FleetNavigator | None = None,
+                 key_of: Callable[[str], str | None] | None = None, **kwargs: Any) -> None:
+        """``key_of``: the key bound to an action id (None: unbound), for the rollout keys' hint."""
         super().__init__(**kwargs)
         self.config = config
+        self.key_of = key_of
         self.navigator = navigator  # the console's (sort, filter and Enter go through it)
         self.by_name: dict[str, HostConfig] = {h.name: h for h in config.hosts}
         self.sort = 0
@@ -279,11 +282,18 @@ class FleetView(Vertical):
 
     def compose(self) -> ComposeResult:
         self.border_title = "Fleet"
-        self.border_subtitle = "enter: details · s: sort · /: filter · f: host panes"
+        self.border_subtitle = "⏎ details · s sort · / filter · f host panes" + self._rollout_hint()
         yield TextBlock("waiting for the first samples…", classes="fleet-head")
         yield Input(placeholder="filter: words every shown host must match (enter keeps it, esc clears)",
                     classes="fleet-filter")
         yield FleetTable(classes="fleet-table")
+
+    def _rollout_hint(self) -> str:
+        """`` · m mark · R roll out`` when a router is configured and both keys are bound (not read-only)."""
+        if self.config.router is None or self.key_of is None:
+            return ""
+        mark, roll = self.key_of("fleet_mark"), self.key_of("rollout")
+        return f" · {mark} mark · {roll} roll out" if mark and roll else ""
 
     def on_mount(self) -> None:
         self._close_filter()
