@@ -141,14 +141,17 @@ def _pairs(args: list[str]) -> list[list[str]]:
 
 def systemctl(serve_root: Path, env: dict[str, str], say: Say, *args: str, check: bool = True,
               timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """The serving host's ``systemctl ARGS`` (its ``bin/systemctl``), reported through ``say``."""
+    """The serving host's ``systemctl ARGS`` (its ``bin/systemctl``), reported through ``say`` under
+    the host's name (its folder's: ``serve``, ``serve2``, ...)."""
     cmd = [str(serve_root / "bin" / "systemctl"), *args]
-    say(f"serve: $ systemctl {' '.join(args)}")
+    host = serve_root.name
+    say(f"{host}: $ systemctl {' '.join(args)}")
     t0 = time.monotonic()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and res.returncode != 0:
-        raise LabError(f"lab: `systemctl {' '.join(args)}` failed ({res.returncode}): {res.stderr.strip()[-300:]}")
-    say(f"serve:   exit {res.returncode} in {time.monotonic() - t0:.1f}s")
+        raise LabError(f"lab: {host}: `systemctl {' '.join(args)}` failed ({res.returncode}): "
+                       f"{res.stderr.strip()[-300:]}")
+    say(f"{host}:   exit {res.returncode} in {time.monotonic() - t0:.1f}s")
     return res
 
 
