@@ -210,16 +210,17 @@ class ActionPanel(Vertical):
         return self.track
 
     def replica_event(self, event: StepEvent) -> bool:
-        """``event`` is one replica's, in a rollout with a board: its done/failed ends that replica's
-        part, not the action."""
-        return self.board is not None and bool(event.host)
+        """``event`` is one replica's in a rollout (the rollout's own steps carry no host): its
+        done/failed ends that replica's part, not the action."""
+        return event.action == "rollout" and bool(event.host)
 
     def feed(self, event: StepEvent) -> bool:
         """Show ``event`` if it belongs to the action shown (False: it does not)."""
         if self.track is None or (self.track.action and event.action != self.track.action):
             return False
-        if self.board is not None and self.replica_event(event):  # its board line, and the latest line
-            self.board.feed(event)
+        if self.replica_event(event):  # its board line (a replay has no board), and the latest line
+            if self.board is not None:
+                self.board.feed(event)
             self.track.count += 1
             self.track.latest = f"{event.host}: {event.message}"
             self.redraw(event.at)
