@@ -311,15 +311,25 @@ LAB_PROGRAMS = ("sshd", "specconsole.lab.", "sglang_judge.py", "torch.distribute
 
 
 def _kill_marked(roots: list[str]) -> None:
-    """SIGKILL the lab programs whose environment carries exactly one of ``roots`` as marker."""
+    """SIGKILL the lab programs whose environment carries exactly one of ``roots`` as marker.
+
+    Pass after pass (at most 5) until one finds none: a program killed in a pass may have started
+    another just before (a host's deploy agent restarting its unit, the systemctl double starting
+    the simulator), which a single pass over /proc missed (a leaked replica simulator was seen)."""
     me = os.getpid()
     marks = {f"{LAB_ROOT_ENV}={r}".encode() for r in roots}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == me:
-            continue
-        with contextlib.suppress(OSError):
-            if not marks & set((d / "environ").read_bytes().split(b"\0")):
+    for _ in range(5):
+        killed = 0
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit() or int(d.name) == me:
                 continue
-            cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            if any(p in cmdline for p in LAB_PROGRAMS) and "pytest" not in cmdline:
-                send_signal(int(d.name), signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                if not marks & set((d / "environ").read_bytes().split(b"\0")):
+                    continue
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                if any(p in cmdline for p in LAB_PROGRAMS) and "pytest" not in cmdline:
+                    send_signal(int(d.name), signal.SIGKILL)
+                    killed += 1
+        if not killed:
+            return
+        time.sleep(0.05)
