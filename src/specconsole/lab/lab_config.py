@@ -18,7 +18,7 @@ def write_config(lab: Lab) -> Path:
     """``lab.toml``: both hosts over SSH with the operator's key, their GPUs, the training log and
     its kill settings, SGLang's unit and URL."""
     o, s = lab.options, lab.state
-    t, v = s.hosts["train"], s.hosts["serve"]
+    t = s.hosts["train"]
     key = lab.keys / "client_ed25519"
     text = f"""# specconsole config for the lab in {lab.dir} (written by `specconsole lab up`)
 {console_and_ssh(lab, lab.dir / "audit.log", lab.dir / "console-state", connect_timeout_s=5)}
@@ -45,28 +45,8 @@ stall_warning_min = 2
 pid_file = {toml_str(lab.trainer_pid_file)}
 pattern = {toml_str(re.escape(f"specconsole.lab.trainer --log-path {lab.train_log}"))}
 grace_s = 30
-
-[[hosts]]
-name = "serve"
-role = "serve"
-connect = "ssh"
-host = {toml_str(v.address)}
-port = {v.port}
-user = "root"
-identity_file = {toml_str(key)}
-
-[hosts.gpu]
-source = "nvidia-smi"
-interval_s = {o.gpu_interval_s}
-
-[hosts.sglang]
-unit = "sglang.service"
-base_url = "http://127.0.0.1:{s.sglang_port}"
-tunnel = {"true" if o.tunnel else "false"}
-interval_s = {o.sglang_interval_s}
-timeout_s = 3.0
-draft_model_path = {toml_str(lab.draft_model_dir())}
 """
+    text += _serving_host(lab, "serve", s.sglang_port)
     if s.router_port:
         text += _replicas(lab)
     write_file(lab.config_path, text)
@@ -76,8 +56,7 @@ draft_model_path = {toml_str(lab.draft_model_dir())}
 def _replicas(lab: Lab) -> str:
     """``--serve N``: replicas ``serve2`` .. ``serveN`` (``serve`` is above) and the ``[router]``
     in front of them all (a small gate: three coding tasks, 128 tokens each)."""
-    o, s = lab.options, lab.state
-    key = lab.keys / "client_ed25519"
+    s = lab.state
     text = f"""
 [router]
 url = "http://127.0.0.1:{s.router_port}"
@@ -86,8 +65,14 @@ gate_tasks = ["fizzbuzz", "binary_search", "lru_cache"]
 gate_max_new_tokens = 128
 """
     for name, port in s.replica_ports.items():
-        h = s.hosts[name]
-        text += f"""
+        text += _serving_host(lab, name, port)
+    return text
+
+
+def _serving_host(lab: Lab, name: str, sglang_port: int) -> str:
+    """One serving host's ``[[hosts]]`` table: SSH with the operator's key, its GPUs, its unit and URL."""
+    o, h = lab.options, lab.state.hosts[name]
+    return f"""
 [[hosts]]
 name = "{name}"
 role = "serve"
@@ -95,7 +80,7 @@ connect = "ssh"
 host = {toml_str(h.address)}
 port = {h.port}
 user = "root"
-identity_file = {toml_str(key)}
+identity_file = {toml_str(lab.keys / "client_ed25519")}
 
 [hosts.gpu]
 source = "nvidia-smi"
@@ -103,13 +88,12 @@ interval_s = {o.gpu_interval_s}
 
 [hosts.sglang]
 unit = "sglang.service"
-base_url = "http://127.0.0.1:{port}"
+base_url = "http://127.0.0.1:{sglang_port}"
 tunnel = {"true" if o.tunnel else "false"}
 interval_s = {o.sglang_interval_s}
 timeout_s = 3.0
 draft_model_path = {toml_str(lab.draft_model_dir())}
 """
-    return text
 
 
 def toml_str(value: object) -> str:
