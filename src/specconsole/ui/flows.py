@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
     from textual.screen import Screen
 
+    from specconsole.actions.deploy import DeployPlan, DeployRequest
     from specconsole.actions.steps import StepEvent
     from specconsole.config import Config, HostConfig
     from specconsole.events import EventLog
@@ -212,11 +213,42 @@ async def kill_training_flow(app: FlowContext) -> None:
         steps.failed(str(err))
 
 
+async def ask_deploy_form(app: FlowContext, host: Host, cfg: HostConfig, steps: Steps, values: dict[str, str],
+                          form_wait: str) -> tuple[DeployPlan | None, DeployRequest | None]:
+    """The deploy form for ``host`` (algorithms discovered from its --help, each request checked in
+    place by preflight, both through ``steps``): the plan and the request it was made from, or
+    ``(None, None)`` when the operator cancelled. While the form is open its time is the operator's
+    (``form_wait``), except while discovery or preflight runs (their steps begin and end the turn)."""
+    from specconsole.actions.deploy import preflight
+    from specconsole.ui.deploy_screen import DeployForm, discover_algorithms
+
+    asked: list[DeployRequest] = []
+
+    async def discover() -> list[str]:
+        try:
+            return await discover_algorithms(host, cfg, steps)
+        finally:
+            if isinstance(app.screen, DeployForm) and not app.screen.busy:  # not while preflight runs
+                steps.hand_over(form_wait)
+
+    async def check(request: DeployRequest) -> DeployPlan:
+        asked[:] = [request]
+        try:
+            return await preflight(host, cfg, request, steps)
+        except SpecConsoleError as err:
+            steps.warn(f"refused: {err}; nothing was changed (the form stays open)")
+            steps.hand_over(form_wait)
+            raise
+
+    plan = await app.ask(DeployForm(values, discover=discover, check=check))
+    return (plan, asked[-1]) if plan is not None and asked else (None, None)
+
+
 async def deploy_flow(app: FlowContext, draft_model: str | None = None, about: str | None = None) -> None:
     """The wizard: a form (algorithms from the host's --help, checked in place by preflight), the plan
     to confirm (Cancel focused), execute. ``draft_model`` prefills the draft model (a checkpoint)."""
-    from specconsole.actions.deploy import DeployPlan, DeployRequest, execute, preflight
-    from specconsole.ui.deploy_screen import DeployForm, discover_algorithms, prefill
+    from specconsole.actions.deploy import execute
+    from specconsole.ui.deploy_screen import prefill
     from specconsole.ui.plan_screen import PlanScreen
 
     found = _host(app, "serve", "Deploy") if _audited(app, "Deploy") else None
@@ -232,32 +264,13 @@ async def deploy_flow(app: FlowContext, draft_model: str | None = None, about: s
         steps.failed(str(err))
         return
 
-    # While the form is open its time is the operator's, except while discovery or preflight runs
-    # (their steps begin and end the operator's turn); the plan dialog's time is the operator's.
-    form_wait = "you to fill in the deploy form"
-
-    async def discover() -> list[str]:
-        try:
-            return await discover_algorithms(host, cfg, steps)
-        finally:
-            if isinstance(app.screen, DeployForm) and not app.screen.busy:  # not while preflight runs
-                steps.hand_over(form_wait)
-
-    async def check(request: DeployRequest) -> DeployPlan:
-        try:
-            return await preflight(host, cfg, request, steps)
-        except SpecConsoleError as err:
-            steps.warn(f"refused: {err}; nothing was changed (the form stays open)")
-            steps.hand_over(form_wait)
-            raise
-
     status = app.statuses().get(cfg.name)
     values = prefill(cfg, status.sglang if status is not None else None)
     if draft_model:
         values["draft_model"] = draft_model
     if about:
         steps.info(about)
-    plan = await app.ask(DeployForm(values, discover=discover, check=check))
+    plan, _ = await ask_deploy_form(app, host, cfg, steps, values, "you to fill in the deploy form")
     if plan is None:
         steps.done("cancelled by the operator; nothing was changed")
         return

@@ -16,7 +16,6 @@ from specconsole.actions.steps import Steps, audit
 from specconsole.errors import SpecConsoleError
 
 if TYPE_CHECKING:
-    from specconsole.actions.deploy import DeployPlan, DeployRequest
     from specconsole.ui.flows import FlowContext
 
 
@@ -27,10 +26,9 @@ def _say(app: FlowContext, message: str) -> None:
 
 async def rollout_flow(app: FlowContext) -> None:
     from specconsole.actions import rollout
-    from specconsole.actions.deploy import preflight
     from specconsole.actions.rollout_board import Board
-    from specconsole.ui.deploy_screen import DeployForm, discover_algorithms, prefill
-    from specconsole.ui.flows import _audited
+    from specconsole.ui.deploy_screen import prefill
+    from specconsole.ui.flows import _audited, ask_deploy_form
     from specconsole.ui.plan_screen import PlanScreen
 
     marked = app.marked_hosts()
@@ -57,29 +55,11 @@ async def rollout_flow(app: FlowContext) -> None:
     except SpecConsoleError as err:
         steps.failed(str(err))
         return
-    form_wait = "you to fill in the rollout's deploy form"
-    asked: list[DeployRequest] = []
-
-    async def discover() -> list[str]:
-        try:
-            return await discover_algorithms(canary, canary_cfg, steps)
-        finally:
-            if isinstance(app.screen, DeployForm) and not app.screen.busy:
-                steps.hand_over(form_wait)
-
-    async def check(request: DeployRequest) -> DeployPlan:
-        asked[:] = [request]
-        try:
-            return await preflight(canary, canary_cfg, request, steps)
-        except SpecConsoleError as err:
-            steps.warn(f"refused: {err}; nothing was changed (the form stays open)")
-            steps.hand_over(form_wait)
-            raise
-
     status = app.statuses().get(canary_cfg.name)
-    plan = await app.ask(DeployForm(prefill(canary_cfg, status.sglang if status is not None else None),
-                                    discover=discover, check=check))
-    if plan is None or not asked:
+    plan, request = await ask_deploy_form(app, canary, canary_cfg, steps,
+                                          prefill(canary_cfg, status.sglang if status is not None else None),
+                                          "you to fill in the rollout's deploy form")
+    if plan is None or request is None:
         steps.done("cancelled by the operator; nothing was changed")
         return
     steps.hand_over(f"your confirmation of the plan (canary {canary_cfg.name}, then {len(chosen) - 1} more)")
@@ -88,7 +68,7 @@ async def rollout_flow(app: FlowContext) -> None:
         return
     steps.resume()
     try:
-        opts = rollout.options(app.config, asked[0], gate=None, canary_wait_s=None, drain_timeout_s=None,
+        opts = rollout.options(app.config, request, gate=None, canary_wait_s=None, drain_timeout_s=None,
                                operator="console")
         replicas = [rollout.Replica(cfg, host) for cfg, host in zip(chosen, hosts, strict=True) if host is not None]
         board = Board(replicas)
