@@ -4,7 +4,7 @@
 #        sudo (the lab's deploy as a non-root user through sudo),
 #        prometheus (the Prometheus source's tests scrape the lab's exporter doubles)
 #   pip (into ./.venv): specconsole with its [dev] extras (textual, asyncssh, httpx, sniffio,
-#        prometheus_client, nvidia-ml-py, msgspec, docker-systemctl-replacement, torch 2.13.0 CPU,
+#        prometheus_client, nvidia-ml-py, msgspec, zstandard, docker-systemctl-replacement, torch 2.13.0 CPU,
 #        sglang-router 0.3.2 (the real router in front of the lab's replicas, `lab up --serve N`), pytest,
 #        pytest-xdist, ruff,
 #        mypy, import-linter)
