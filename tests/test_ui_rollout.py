@@ -28,6 +28,16 @@ def app_of(tmp_path: Path, n: int) -> ConsoleApp:
                       themes=load_themes([BUNDLED_DIR]))
 
 
+def open_board(app: ConsoleApp, n: int) -> tuple[list[Replica], ActionPanel, Board]:
+    """The action view of a rollout to the first ``n`` serving hosts, with its board (baseline 5.10, 437 tok/s)."""
+    serve = [h for h in app.actions.config.serve_hosts][:n]
+    replicas = [Replica(c, host=None) for c in serve]  # type: ignore[arg-type]
+    panel = app.actions.open("rollout", f"Roll out to {n} replicas", serve[0].name)
+    board = Board(replicas, Figures(5.10, 437.0, 3, 357))
+    panel.board = board
+    return replicas, panel, board
+
+
 async def test_m_marks_and_unmarks_fleet_rows(tmp_path: Path) -> None:
     app = app_of(tmp_path, 12)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -48,11 +58,7 @@ async def test_eight_replicas_one_line_each_at_80x24(tmp_path: Path) -> None:
     app = app_of(tmp_path, 16)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        serve = [h for h in app.actions.config.serve_hosts][:8]
-        replicas = [Replica(c, host=None) for c in serve]  # type: ignore[arg-type]
-        panel = app.actions.open("rollout", "Roll out to 8 replicas", serve[0].name)
-        board = Board(replicas, Figures(5.10, 437.0, 3, 357))
-        panel.board = board
+        replicas, panel, _ = open_board(app, 8)
         at = NOW
         app.actions.emit(StepEvent("rollout", "step", "measuring the gate's 3 prompts", step="baseline", at=at))
         replicas[0].state, replicas[0].figures = "promoted", Figures(5.25, 449.6, 3, 357)
@@ -80,13 +86,10 @@ async def test_a_replica_done_is_its_board_line_not_a_toast_the_rollout_s_end_is
     app = app_of(tmp_path, 4)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        serve = [h for h in app.actions.config.serve_hosts][:2]
-        replicas = [Replica(c, host=None) for c in serve]  # type: ignore[arg-type]
-        panel = app.actions.open("rollout", "Roll out to 2 replicas", serve[0].name)
-        panel.board = Board(replicas, Figures(5.10, 437.0, 3, 357))
+        replicas, panel, _ = open_board(app, 2)
         replicas[0].state = "promoted"
-        app.actions.emit(StepEvent("rollout", "done", f"{serve[0].name} promoted: draft_window=32",
-                                   host=serve[0].name, at=NOW))
+        app.actions.emit(StepEvent("rollout", "done", f"{replicas[0].name} promoted: draft_window=32",
+                                   host=replicas[0].name, at=NOW))
         await pilot.pause()
 
         def ends() -> list[str]:
