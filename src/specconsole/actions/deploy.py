@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specconsole.actions import host_check, privilege
 from specconsole.actions.algorithms import (
@@ -54,6 +54,9 @@ from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, 
 from specconsole.sglang.rebase import find_drift
 from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, show_word
 from specconsole.values import SPEC_INT_MAX, output_line
+
+if TYPE_CHECKING:
+    from specconsole.sglang import SglangClient
 
 __all__ = ["BaseUnitChanged", "DeployOutcome", "DeployPlan", "DeployRefused", "DeployRequest", "agent_plan",
            "execute", "follow", "preflight"]
@@ -273,19 +276,25 @@ def _typed(value: str | None) -> Any:
 
 
 
-async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | None:
-    """The running server's version from /server_info (None when it does not answer)."""
+async def sglang_client(host: Host, cfg: HostConfig) -> SglangClient:
+    """A client of ``cfg``'s SGLang (through an SSH tunnel to ``host`` when configured); use it as
+    ``async with await sglang_client(host, cfg) as client``."""
     from specconsole.sglang import SglangClient
 
     assert cfg.sglang is not None
     url = cfg.sglang.base_url
-    try:
-        if cfg.sglang.tunnel:
-            from specconsole.hosts.address import tunnel_url
+    if cfg.sglang.tunnel:
+        from specconsole.hosts.address import tunnel_url
 
-            url = await tunnel_url(host, url)
-        async with SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key,
-                                max_body_bytes=round(cfg.sglang.max_body_mib * MIB)) as client:
+        url = await tunnel_url(host, url)
+    return SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key,
+                        max_body_bytes=round(cfg.sglang.max_body_mib * MIB))
+
+
+async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | None:
+    """The running server's version from /server_info (None when it does not answer)."""
+    try:
+        async with await sglang_client(host, cfg) as client:
             info = await client.server_info()
     except Exception as err:
         steps.warn(f"SGLang version unknown: /server_info did not answer ({first_line(err)})")

@@ -28,7 +28,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specconsole.actions.deploy import DeployOutcome, DeployPlan, DeployRefused, DeployRequest, preflight
+from specconsole.actions.deploy import (
+    DeployOutcome,
+    DeployPlan,
+    DeployRefused,
+    DeployRequest,
+    preflight,
+    sglang_client,
+)
 from specconsole.actions.deploy_execute import execute, first_line, follow
 from specconsole.actions.gate import Figures, GateError, Threshold, Verdict, judge, measure
 from specconsole.actions.rollout_board import Board
@@ -37,8 +44,6 @@ from specconsole.actions.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 from specconsole.config import Config, HostConfig, RouterConfig
 from specconsole.errors import ConfigError, SpecConsoleError
 from specconsole.hosts import Host
-from specconsole.http_body import MIB
-from specconsole.sglang import SglangClient
 
 
 @dataclass
@@ -258,7 +263,7 @@ async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyn
     top.begin("canary wait", f"holding {opts.canary_wait_s:g}s on the canary {r.name} before the rest")
     end = time.monotonic() + opts.canary_wait_s
     figures = ""
-    async with _client(r) as client:
+    async with await sglang_client(r.host, r.cfg) as client:
         while (left := end - time.monotonic()) > 0:
             if abort.is_set():
                 return "aborted by the operator during the canary wait"
@@ -275,45 +280,12 @@ async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyn
 
 
 async def _measure(r: Replica, steps: Steps, opts: RolloutOptions) -> Figures:
-    done = [0]
-
-    def progress(i: int, n: int) -> None:
-        done[0] = i
-
-    async with _client(r) as client:
+    async with await sglang_client(r.host, r.cfg) as client:
         async def generate(text: str, max_new: int) -> dict[str, Any]:
             return await client.generate(text, max_new, 0.0)
 
-        return await steps.watch(measure(generate, opts.prompts, progress),
+        return await steps.watch(measure(generate, opts.prompts),
                                  f"gate prompts on {r.name} ({len(opts.prompts)} prompts)")
-
-
-def _client(r: Replica) -> _ReplicaClient:
-    return _ReplicaClient(r)
-
-
-class _ReplicaClient:
-    """An :class:`SglangClient` on the replica's own URL (through the SSH tunnel when configured)."""
-
-    def __init__(self, r: Replica) -> None:
-        self.r = r
-        self.client: SglangClient | None = None
-
-    async def __aenter__(self) -> SglangClient:
-        s = self.r.cfg.sglang
-        assert s is not None
-        url = s.base_url
-        if s.tunnel:
-            from specconsole.hosts.address import tunnel_url
-
-            url = await tunnel_url(self.r.host, url)
-        self.client = SglangClient(url, timeout_s=s.timeout_s, api_key=s.api_key,
-                                   max_body_bytes=round(s.max_body_mib * MIB))
-        return self.client
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.client is not None:
-            await self.client.aclose()
 
 
 async def _final_lines(replicas: list[Replica], opts: RolloutOptions, top: Steps) -> None:
@@ -326,7 +298,7 @@ async def _final_lines(replicas: list[Replica], opts: RolloutOptions, top: Steps
         top.warn(first_line(err))
     for r in replicas:
         try:
-            async with _client(r) as client:
+            async with await sglang_client(r.host, r.cfg) as client:
                 info = await client.server_info()
             draft = info.draft_model_path
             r.serves = (f"{info.algorithm or 'no speculation'}"
