@@ -139,6 +139,7 @@ def shared_sglang_judge() -> str:
 
     from specconsole.lab import sglang_judge
     from specconsole.lab.environment import JUDGE_ENV, judge_env
+    from specconsole.lab.lab_judge import judge_command
 
     python = sglang_judge.sglang_python()
     if python is None:
@@ -154,7 +155,7 @@ def shared_sglang_judge() -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not pid_file.exists():
             log = open(log_path, "wb")  # noqa: SIM115 - the judge keeps it
-            proc = subprocess.Popen([python, sglang_judge.__file__, "serve", str(sock), "--owner", str(owner)],
+            proc = subprocess.Popen(judge_command(python, str(sock), folder / "warm-up", owner),
                                     stdout=log, stderr=log, start_new_session=True,
                                     env={**os.environ, **judge_env(folder / "hf-home")})
             pid_file.write_text(str(proc.pid))

@@ -76,6 +76,13 @@ async def _record(lab: Lab, path: Path) -> Recorded:
         steps = Steps("kill-training", audit(fleet.events, also=kill.append), host="train")
         plan = await find_job(train, config.host("train"), steps)
         assert (await kill_job(train, plan, steps, grace_s=10)).ok
+
+        def stopped() -> bool:
+            s = next(s for s in fleet.statuses() if s.name == "train")
+            return s.training is not None and s.training.value.state != "running"
+
+        # the replay's check "killed before the deploy" needs the training pane to have seen it first
+        assert await wait_for(stopped, 30, what="the training pane's source to see the job stopped")
         steps = Steps("deploy", audit(fleet.events, also=deploy.append), host="serve")
         request = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=60)
         outcome = await execute(serve, await preflight(serve, config.host("serve"), request, steps), steps,

@@ -109,9 +109,23 @@ class UnitWatch:
         self.proc: subprocess.Popen[str] | None = None
         self.poller: Poller | None = None
 
+    def _cursor(self) -> str | None:
+        """The journal's cursor after the unit's latest line (``--show-cursor``), or None."""
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            res = subprocess.run(["journalctl", "-u", self.unit, "-n", "1", "--show-cursor", "--no-pager", "-o", "cat"],
+                                 capture_output=True, text=True, errors="replace", timeout=10)
+            for line in reversed(res.stdout.splitlines()):
+                if line.startswith("-- cursor: "):
+                    return line[len("-- cursor: "):].strip() or None
+        return None
+
     def __enter__(self) -> UnitWatch:
+        # follow from a cursor taken now, not from whenever the follower gets going: a restart that
+        # stops the service at once must not lose its first lines ("Shutting down") to that race
+        cursor = self._cursor()
+        start = [f"--after-cursor={cursor}"] if cursor else ["-n", "0"]
         with contextlib.suppress(OSError):
-            self.proc = subprocess.Popen(["journalctl", "-u", self.unit, "-f", "-n", "0", "--no-pager"],
+            self.proc = subprocess.Popen(["journalctl", "-u", self.unit, "-f", *start, "--no-pager"],
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                          stdin=subprocess.DEVNULL, text=True, errors="replace")
             threading.Thread(target=self._read, daemon=True).start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import signal
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 from specconsole.lab import sglang_judge
 from specconsole.lab.lab_state import LAB_CUDA_ENV, SERVE_GPUS, LabError, LabState, Say, lab_cuda
 from specconsole.lab.procs import send_signal, spawn, wait_dead
-from specconsole.lab.serving_unit import write_hub_cache
+from specconsole.lab.serving_unit import DRAFT_MODEL, TARGET_MODEL, write_hub_cache, write_models
 
 #: The socket of a warm SGLang judge the lab shares instead of starting its own (the test suite's).
 JUDGE_ENV = "SPECCONSOLE_LAB_JUDGE"
@@ -21,6 +22,17 @@ JUDGE_ENV = "SPECCONSOLE_LAB_JUDGE"
 def judge_env(hf_home: Path) -> dict[str, str]:
     """The environment of a lab's SGLang judge: the serving host's GPUs (the CUDA double), no hub."""
     return {LAB_CUDA_ENV: lab_cuda(SERVE_GPUS), "HF_HUB_OFFLINE": "1", "HF_HOME": str(write_hub_cache(hf_home))}
+
+
+def judge_command(python: str, sock: str, warm_dir: Path, owner: int | None = None) -> list[str]:
+    """The judge's command line; it warms up on a serving host's models written to ``warm_dir``:
+    the target alone, and with the DFlash draft (see :func:`sglang_judge.serve`)."""
+    write_models(warm_dir)
+    target = ["--model-path", str(warm_dir / TARGET_MODEL), "--tp-size", str(SERVE_GPUS)]
+    warm = [target, [*target, "--speculative-algorithm", "DFLASH",
+                     "--speculative-draft-model-path", str(warm_dir / DRAFT_MODEL)]]
+    return [python, sglang_judge.__file__, "serve", sock, *(["--owner", str(owner)] if owner else []),
+            "--warm", json.dumps(warm)]
 
 
 def judge_socket_path(lab_dir: Path) -> str:
@@ -43,7 +55,7 @@ def start_judge(state: LabState, lab_dir: Path, env: dict[str, str], say: Say) -
         Path(sock).unlink()
     log = open(lab_dir / "logs" / "sglang-judge.log", "ab")  # noqa: SIM115 - the child keeps it
     env = {**env, **judge_env(lab_dir / "hf-home")}
-    proc = spawn([python, sglang_judge.__file__, "serve", sock], stdout=log, stderr=log, env=env)
+    proc = spawn(judge_command(python, sock, lab_dir / "judge-warm-up"), stdout=log, stderr=log, env=env)
     log.close()
     state.judge_pid = proc.pid
     state.remember(proc.pid)

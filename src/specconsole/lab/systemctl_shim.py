@@ -21,7 +21,22 @@ after ``RestartSec`` (at most 5 times in 10 s, then ``Start request repeated too
 and counts ``NRestarts``.
 
 ``journalctl -f -n 0`` follows only new lines, as systemd's does (journalctl3 shows 10 old
-lines for ``-n 0``).
+lines for ``-n 0``), and ``--show-cursor``/``--after-cursor`` work as systemd's do (a cursor here
+is a byte offset in the unit's journal file).
+
+systemctl3 runs in this process (:func:`run_systemctl3`), not as a second interpreter, and is
+paced as systemd is rather than in whole seconds (:func:`_tune`):
+
+- the host's system counts as booted (no half-second "system not running" wait per start/stop);
+- a start looks 0.1 s, not 0.5 s, for a service that dies at once (systemd's ``Type=simple``
+  start does not wait at all);
+- a stop sees the service gone within 50 ms (systemd is told at once; systemctl3 looks once a
+  second);
+- the search for a service's child processes reads ``/proc`` until a pass finds no new one
+  (systemctl3 reads it 100 times).
+
+Its verdicts, files and journal are unchanged. A restart of a service that stops at once takes
+~0.3 s, not 2.4 s, and a fifth of the CPU.
 
 Usage (written into each lab host's ``bin/systemctl`` and ``bin/journalctl``):
 ``python -m specconsole.lab.systemctl_shim ROOT SYSTEMCTL3 ARGS...``,
@@ -32,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import os
 import re
 import signal
@@ -39,6 +55,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
 CLEAN_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE}
@@ -94,20 +111,19 @@ def show(root: Path, args: list[str]) -> int | None:
             ours.update(ActiveState="activating", SubState="auto-restart")
         rest_props = [p for p in props if p not in ours]
         if rest_props:
-            res = subprocess.run([systemctl3_of(args), f"--root={root}", "show", units[0],
-                                  *(f"--property={p}" for p in rest_props), *(["--value"] if value_only else [])],
-                                 capture_output=True, text=True)
-            print(res.stdout, end="")
+            print(systemctl3_output(root, ["show", units[0], *(f"--property={p}" for p in rest_props),
+                                           *(["--value"] if value_only else [])]), end="")
         for p in props:
             if p in ours:
                 print(ours[p] if value_only else f"{p}={ours[p]}")
         return 0
     if value_only and not (props and set(props) <= {"FragmentPath", "DropInPaths"} and len(units) == 1):
         # systemctl3 has no --value: systemd's ``show -p MainPID --value UNIT`` prints the value alone
-        res = subprocess.run([systemctl3_of(args), f"--root={root}", "show", *rest], capture_output=True, text=True)
-        print("".join(ln.split("=", 1)[-1] + "\n" for ln in res.stdout.splitlines()), end="")
-        print(res.stderr, end="", file=sys.stderr)
-        return res.returncode
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = run_systemctl3(root, ["show", *rest])
+        print("".join(ln.split("=", 1)[-1] + "\n" for ln in out.getvalue().splitlines()), end="")
+        return rc
     if not props or not set(props) <= {"FragmentPath", "DropInPaths"} or len(units) != 1:
         return None
     files = unit_files(root, units[0])
@@ -121,8 +137,72 @@ def show(root: Path, args: list[str]) -> int | None:
 _SYSTEMCTL3 = ""
 
 
-def systemctl3_of(_args: list[str]) -> str:
-    return _SYSTEMCTL3
+class _FinePolls:
+    """``time`` for systemctl3's stop: its once-a-second look at whether the killed processes are
+    gone becomes one every 50 ms (its deadline, TimeoutStopSec, is kept: that loop counts time,
+    not looks); shorter sleeps are unchanged."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(0.05 if seconds >= 1 else seconds)
+
+
+def _descendants(self: object, pid: int | None) -> list[int]:
+    """systemctl3's ``pidlist_of``: ``pid`` and its descendants, found from one read of /proc
+    (upstream scans /proc PROC_MAX_DEPTH times even after a pass adds nothing)."""
+    if not pid:
+        return []
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found = [pid]
+    for parent in found:  # grows while it is walked: breadth first
+        found += [c for c in children.get(parent, ()) if c not in found]
+    return found
+
+
+def _tune(s3: Any, root: Path) -> None:
+    """Pace systemctl3 as systemd is (see the module's docstring); mark ``root``'s system booted."""
+    s3._root = str(root)
+    status = Path(s3.Systemctl().get_status_file_from(s3.Systemctl().sysinit_target()))
+    if not status.exists():  # the host's first systemctl: its system is up, as a real host's is
+        s3.Systemctl().sysinit_status(ActiveState="active", SubState="running")
+    s3.MinimumYield = 0.1  # a start looks this long for a process that dies at once (systemd: not at all)
+    s3.Systemctl.pidlist_of = _descendants
+    kill = s3.Systemctl.do_kill_unit_from
+
+    def do_kill_unit_from(self: object, conf: object) -> bool:
+        s3.time = _FinePolls()
+        try:
+            return bool(kill(self, conf))
+        finally:
+            s3.time = time
+
+    s3.Systemctl.do_kill_unit_from = do_kill_unit_from
+
+
+def run_systemctl3(root: Path, args: list[str]) -> int:
+    """docker-systemctl-replacement's ``systemctl --root=ROOT ARGS...``, run in this process."""
+    from systemctl2 import systemctl3 as s3
+
+    _tune(s3, root)
+    sys.argv = [_SYSTEMCTL3, f"--root={root}", *args]
+    return int(s3.main() or 0)
+
+
+def systemctl3_output(root: Path, args: list[str]) -> str:
+    """What :func:`run_systemctl3` prints for ``args``."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run_systemctl3(root, args)
+    return out.getvalue()
 
 
 def _unit_name(unit: str) -> str:
@@ -168,6 +248,11 @@ def journal(root: Path, unit: str, line: str) -> None:
         f.write(f"[{stamp}] {_unit_name(unit)}: {line}\n")
 
 
+def _plain(root: Path, systemctl3: str, args: list[str]) -> list[str]:
+    """The command line of systemctl3 alone (paced, but without this module's supervisor)."""
+    return [sys.executable, "-m", "specconsole.lab.systemctl_shim", "--plain", str(root), systemctl3, *args]
+
+
 def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
     """``start``/``restart`` a ``Restart=`` unit and stay its parent to restart it on failure."""
     read_end, write_end = os.pipe()
@@ -184,7 +269,7 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
     # ... and cancels a pending automatic restart: an earlier supervisor between a crash and its
     # restart must not show the freshly started unit as activating/auto-restart
     _auto_restart_file(root, unit).unlink(missing_ok=True)
-    rc = subprocess.call([systemctl3, f"--root={root}", *args])
+    rc = subprocess.call(_plain(root, systemctl3, args))
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -218,7 +303,7 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
             if not will_restart:
                 continue
             time.sleep(delay)
-            state = subprocess.run([systemctl3, f"--root={root}", "is-active", unit], capture_output=True, text=True)
+            state = subprocess.run(_plain(root, systemctl3, ["is-active", unit]), capture_output=True, text=True)
             if state.stdout.strip() == "active":
                 continue                    # someone started it meanwhile (e.g. a rollback)
             starts = [t for t in starts if time.monotonic() - t < 10] + [time.monotonic()]
@@ -228,12 +313,15 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
             n = nrestarts(root, unit) + 1
             _state_file(root, unit).write_text(f"{n}\n")
             journal(root, unit, f"Scheduled restart job, restart counter is at {n}.")
-            subprocess.call([systemctl3, f"--root={root}", "start", unit])
+            subprocess.call(_plain(root, systemctl3, ["start", unit]))
         finally:
             marker.unlink(missing_ok=True)
 
 
 def journalctl(root: Path, journalctl3: str, args: list[str]) -> int:
+    """``journalctl -u UNIT -f -n 0`` (new lines only), ``-u UNIT -n N --show-cursor`` (the last N
+    lines, then ``-- cursor: off=BYTES``) and ``-u UNIT -f --after-cursor=off=BYTES`` (what came after
+    that cursor, then new lines) as systemd's journalctl does them; anything else is journalctl3's."""
     follow = any(a in ("-f", "--follow") for a in args)
     lines = None
     for i, a in enumerate(args):
@@ -242,8 +330,17 @@ def journalctl(root: Path, journalctl3: str, args: list[str]) -> int:
         elif a.startswith("--lines="):
             lines = a.split("=", 1)[1]
     unit = next((args[i + 1] for i, a in enumerate(args) if a in ("-u", "--unit") and i + 1 < len(args)), "")
+    after = next((a.split("=", 1)[1] for a in args if a.startswith("--after-cursor=")), None)
+    log = root / "var" / "log" / "journal" / f"{_unit_name(unit)}.log"
+    if unit and "--show-cursor" in args and not follow and (lines or "").isdigit():
+        data = log.read_bytes() if log.exists() else b""
+        kept = data.splitlines(keepends=True)[-int(lines or 0):] if int(lines or 0) else []
+        sys.stdout.write(b"".join(kept).decode("utf-8", "replace"))
+        sys.stdout.write(f"-- cursor: off={len(data)}\n")
+        return 0
+    if follow and unit and after is not None and after.startswith("off=") and after[4:].isdigit():
+        os.execvp("tail", ["tail", "-c", f"+{int(after[4:]) + 1}", "-F", str(log)])
     if follow and lines == "0" and unit:
-        log = root / "var" / "log" / "journal" / f"{_unit_name(unit)}.log"
         os.execvp("tail", ["tail", "-n", "0", "-F", str(log)])
     os.execv(journalctl3, [journalctl3, f"--root={root}", *args])
     return 127  # pragma: no cover
@@ -253,8 +350,11 @@ def main(argv: list[str]) -> int:
     global _SYSTEMCTL3
     if argv and argv[0] == "--journal":
         return journalctl(Path(argv[1]), argv[2], argv[3:])
-    root, systemctl3, args = Path(argv[0]), argv[1], argv[2:]
+    plain = bool(argv) and argv[0] == "--plain"
+    root, systemctl3, args = Path(argv[plain]), argv[plain + 1], argv[plain + 2:]
     _SYSTEMCTL3 = systemctl3
+    if plain:
+        return run_systemctl3(root, args)
     verb = next((a for a in args if not a.startswith("-")), "")
     if verb in ("start", "restart"):
         units = [a for a in args[args.index(verb) + 1:] if not a.startswith("-")]
@@ -272,8 +372,7 @@ def main(argv: list[str]) -> int:
         answered = show(root, args[args.index("show") + 1:])
         if answered is not None:
             return answered
-    os.execv(systemctl3, [systemctl3, f"--root={root}", *args])
-    return 127  # pragma: no cover - execv does not return
+    return run_systemctl3(root, args)
 
 
 if __name__ == "__main__":
