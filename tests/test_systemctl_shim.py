@@ -1,0 +1,68 @@
+"""The lab's systemctl/journalctl shim on its own (no sshd): the journal cursor, and systemctl3's
+child-process search done in one read of /proc with the same answer as upstream's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import wait_for
+from specconsole.lab import systemctl_shim
+
+
+def _journal(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specconsole.lab.systemctl_shim", "--journal", str(root),
+                           "journalctl3", *args], capture_output=True, text=True, timeout=30)
+
+
+def test_a_follower_started_after_a_cursor_misses_no_line(tmp_path: Path) -> None:
+    log = tmp_path / "var" / "log" / "journal" / "sglang.service.log"
+    log.parent.mkdir(parents=True)
+    old = "old 1\nold 2\n"
+    log.write_text(old)
+    shown = _journal(tmp_path, "-u", "sglang.service", "-n", "1", "--show-cursor", "--no-pager", "-o", "cat")
+    assert shown.returncode == 0
+    assert shown.stdout.splitlines() == ["old 2", f"-- cursor: off={len(old)}"]
+    cursor = shown.stdout.splitlines()[-1].removeprefix("-- cursor: ")
+    with log.open("a") as f:  # written after the cursor, before the follower starts: the race it closes
+        f.write("Shutting down\n")
+    follower = subprocess.Popen([sys.executable, "-m", "specconsole.lab.systemctl_shim", "--journal", str(tmp_path),
+                                 "journalctl3", "-u", "sglang.service", "-f", f"--after-cursor={cursor}", "--no-pager"],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)
+        with log.open("a") as f:
+            f.write("Finished server process\n")
+        assert follower.stdout is not None
+        seen = [follower.stdout.readline().rstrip("\n") for _ in range(2)]
+        assert seen == ["Shutting down", "Finished server process"]
+    finally:
+        follower.kill()
+        follower.wait(5)
+
+
+def test_an_empty_journal_has_a_cursor_at_its_start(tmp_path: Path) -> None:
+    shown = _journal(tmp_path, "-u", "sglang.service", "-n", "1", "--show-cursor", "--no-pager")
+    assert shown.returncode == 0 and shown.stdout == "-- cursor: off=0\n"
+
+
+def test_the_child_search_finds_what_upstreams_finds(tmp_path: Path) -> None:
+    from systemctl2 import systemctl3 as s3
+
+    marker = tmp_path / "ready"
+    # a tree three deep: sh -> sh -> sleep, plus a second child
+    tree = subprocess.Popen(["sh", "-c", f"sh -c 'sleep 60 & sleep 60 & touch {marker}; wait' & sleep 60 & wait"])
+    try:
+        assert wait_for(marker.exists, 10)
+        ours = systemctl_shim._descendants(None, tree.pid)
+        upstream = s3.Systemctl().pidlist_of(tree.pid)
+        assert sorted(ours) == sorted(upstream) and len(ours) >= 5, (ours, upstream)
+        assert ours[0] == tree.pid
+    finally:
+        subprocess.run(["pkill", "-P", str(tree.pid)], check=False)
+        for pid in systemctl_shim._descendants(None, tree.pid)[1:]:
+            subprocess.run(["kill", str(pid)], check=False)
+        tree.kill()
+        tree.wait(5)
