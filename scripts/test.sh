@@ -41,9 +41,15 @@ if [ -n "$cg" ]; then
   echo "==> pytest: the tests that assert time bounds, one at a time, beside the rest ($workers workers, in the idle cgroup $cg)"
   "${serial[@]}" >"$serial_log" 2>&1 &
   serial_pid=$!
-  # the cgroup goes once the last process in it has (the shared SGLang judge ends within a second)
+  # the cgroup goes once the last process in it has (the shared SGLang judge ends within a second);
+  # what the tests left running past 5 s is named, then killed
   trap 'kill "$serial_pid" 2>/dev/null || true; rm -f "$serial_log"
-        for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done' EXIT
+        for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
+        if [ -d "$cg" ]; then
+          while read -r pid; do echo "==> left running by the tests: $pid $(tr "\0" " " <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
+            kill -9 "$pid" 2>/dev/null || true; done <"$cg/cgroup.procs"
+          sleep 0.5; rmdir "$cg" 2>/dev/null || true
+        fi' EXIT
   sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "${parallel[@]}" || status=$?
   wait "$serial_pid" || serial_status=$?
   echo "==> pytest, the tests that assert time bounds (they ran beside the above):"

@@ -3,6 +3,8 @@ child-process search done in one read of /proc with the same answer as upstream'
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,7 +55,8 @@ def test_the_child_search_finds_what_upstreams_finds(tmp_path: Path) -> None:
 
     marker = tmp_path / "ready"
     # a tree three deep: sh -> sh -> sleep, plus a second child
-    tree = subprocess.Popen(["sh", "-c", f"sh -c 'sleep 60 & sleep 60 & touch {marker}; wait' & sleep 60 & wait"])
+    tree = subprocess.Popen(["sh", "-c", f"sh -c 'sleep 60 & sleep 60 & touch {marker}; wait' & sleep 60 & wait"],
+                            start_new_session=True)  # its own process group: killed whole below
     try:
         assert wait_for(marker.exists, 10)
         ours = systemctl_shim._descendants(None, tree.pid)
@@ -61,8 +64,14 @@ def test_the_child_search_finds_what_upstreams_finds(tmp_path: Path) -> None:
         assert sorted(ours) == sorted(upstream) and len(ours) >= 5, (ours, upstream)
         assert ours[0] == tree.pid
     finally:
-        subprocess.run(["pkill", "-P", str(tree.pid)], check=False)
-        for pid in systemctl_shim._descendants(None, tree.pid)[1:]:
-            subprocess.run(["kill", str(pid)], check=False)
-        tree.kill()
+        os.killpg(tree.pid, signal.SIGKILL)
         tree.wait(5)
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(tree.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    assert wait_for(group_gone, 5)  # nothing of the tree left running
