@@ -57,6 +57,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specconsole.lab.procs import descendants
+
 PR_SET_CHILD_SUBREAPER = 36
 CLEAN_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE}
 
@@ -153,19 +155,7 @@ class _FinePolls:
 def _descendants(self: object, pid: int | None) -> list[int]:
     """systemctl3's ``pidlist_of``: ``pid`` and its descendants, found from one read of /proc
     (upstream scans /proc PROC_MAX_DEPTH times even after a pass adds nothing)."""
-    if not pid:
-        return []
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    found = [pid]
-    for parent in found:  # grows while it is walked: breadth first
-        found += [c for c in children.get(parent, ()) if c not in found]
-    return found
+    return [pid, *descendants(pid)] if pid else []
 
 
 def _tune(s3: Any, root: Path) -> None:
