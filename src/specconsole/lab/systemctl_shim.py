@@ -161,9 +161,10 @@ def _descendants(self: object, pid: int | None) -> list[int]:
 def _tune(s3: Any, root: Path) -> None:
     """Pace systemctl3 as systemd is (see the module's docstring); mark ``root``'s system booted."""
     s3._root = str(root)
-    status = Path(s3.Systemctl().get_status_file_from(s3.Systemctl().sysinit_target()))
-    if not status.exists():  # the host's first systemctl: its system is up, as a real host's is
-        s3.Systemctl().sysinit_status(ActiveState="active", SubState="running")
+    ctl = s3.Systemctl()
+    if not Path(ctl.get_status_file_from(ctl.sysinit_target())).exists():
+        # the host's first systemctl: its system is up, as a real host's is
+        ctl.sysinit_status(ActiveState="active", SubState="running")
     s3.MinimumYield = 0.1  # a start looks this long for a process that dies at once (systemd: not at all)
     s3.Systemctl.pidlist_of = _descendants
     kill = s3.Systemctl.do_kill_unit_from
