@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # imported from the package (the console, the tests)
     from specconsole.actions.deploy_agent_router import RouterLink
-    from specconsole.actions.deploy_agent_watch import Poller, UnitWatch, http_request
+    from specconsole.actions.deploy_agent_watch import Poller, UnitWatch, cursor_command, http_request, journal_cursor
 else:  # run on the host as agent.py: its sibling files in the same work folder
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under -P / PYTHONSAFEPATH
     sys.dont_write_bytecode = True  # leave no __pycache__ (root's, under sudo) in the work folder
     from deploy_agent_router import RouterLink
-    from deploy_agent_watch import Poller, UnitWatch, http_request
+    from deploy_agent_watch import Poller, UnitWatch, cursor_command, http_request, journal_cursor
 
 HEARTBEAT_S = 0.5          #: the longest silence during any wait (the console promises <= 1 s)
 KEEP_WORKDIRS = 5          #: deploy folders kept under UNIT.d/.specconsole/ (this one included)
@@ -145,6 +145,22 @@ class Agent:
         return []
 
     # -- watching the unit -------------------------------------------------------------------
+    def watch_unit(self) -> UnitWatch:
+        """A :class:`UnitWatch` whose journal follows from a cursor taken now (the command, its
+        result and time reported, with heartbeats while it runs)."""
+        import shlex
+
+        line = shlex.join(cursor_command(self.plan["unit"]))
+        self.emit("command", line, command=line)
+        t = time.monotonic()
+        status, cursor = self.waiting(line, lambda: journal_cursor(self.plan["unit"]))
+        took = time.monotonic() - t
+        said = f"cursor {cursor}" if cursor else "no cursor: the journal is followed from new lines only"
+        exit_text = f"exit {status}" if status is not None else "exit status unknown (it did not run)"
+        self.emit("result", f"{exit_text} in {took:.2f}s: {said}", command=line, exit_status=status,
+                  took_s=round(took, 3))
+        return UnitWatch(self.plan["unit"], cursor)
+
     def relay_journal(self, watch: UnitWatch) -> None:
         for line in watch.journal_lines():
             self.emit("info", f"journal: {line[-160:]}", journal=True)
@@ -254,7 +270,7 @@ class Agent:
             self.begin("daemon-reload")
             self.sh(["systemctl", "daemon-reload"])
             self.begin("restart", f"restarting {p['unit']} (following its journal)")
-            with UnitWatch(p["unit"]) as watch:
+            with self.watch_unit() as watch:
                 self.sh_watched(["systemctl", "restart", "--", p["unit"]], watch, p.get("restart_timeout_s", 120))
                 watch.restarted()
                 self.begin("wait for health")
@@ -351,7 +367,7 @@ class Agent:
                     os.unlink(p["dropin_path"])
                 self.emit("info", f"removed {p['dropin_path']}")
             self.sh(["systemctl", "daemon-reload"])
-            with UnitWatch(p["unit"]) as watch:
+            with self.watch_unit() as watch:
                 self.sh_watched(["systemctl", "restart", "--", p["unit"]], watch, p.get("restart_timeout_s", 120))
                 watch.restarted()
                 self.wait_healthy(p.get("rollback_health_timeout_s", p["health_timeout_s"]), watch)

@@ -90,6 +90,23 @@ class Poller:
         self.stopping.set()
 
 
+def cursor_command(unit: str) -> list[str]:
+    """The command that prints the journal's cursor after ``unit``'s latest line."""
+    return ["journalctl", "-u", unit, "-n", "1", "--show-cursor", "--no-pager", "-o", "cat"]
+
+
+def journal_cursor(unit: str) -> tuple[int | None, str | None]:
+    """:func:`cursor_command`'s exit status (None: it did not run) and the cursor it printed (or None)."""
+    try:
+        res = subprocess.run(cursor_command(unit), capture_output=True, text=True, errors="replace", timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    for line in reversed(res.stdout.splitlines()):
+        if line.startswith("-- cursor: "):
+            return res.returncode, line[len("-- cursor: "):].strip() or None
+    return res.returncode, None
+
+
 class UnitWatch:
     """Follows a unit while it restarts: its journal (``journalctl -f``) and its state
     (``systemctl show``: ActiveState, SubState, MainPID, NRestarts), each in a thread, so
@@ -97,8 +114,9 @@ class UnitWatch:
 
     PROPS = ("ActiveState", "SubState", "MainPID", "NRestarts")
 
-    def __init__(self, unit: str) -> None:
+    def __init__(self, unit: str, cursor: str | None = None) -> None:
         self.unit = unit
+        self.cursor = cursor  # the journal follows from here (journal_cursor); None: new lines only
         self.lines: queue.Queue[str] = queue.Queue()
         self.last_line = ""
         self.state: dict[str, str] = {}
@@ -109,21 +127,10 @@ class UnitWatch:
         self.proc: subprocess.Popen[str] | None = None
         self.poller: Poller | None = None
 
-    def _cursor(self) -> str | None:
-        """The journal's cursor after the unit's latest line (``--show-cursor``), or None."""
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            res = subprocess.run(["journalctl", "-u", self.unit, "-n", "1", "--show-cursor", "--no-pager", "-o", "cat"],
-                                 capture_output=True, text=True, errors="replace", timeout=10)
-            for line in reversed(res.stdout.splitlines()):
-                if line.startswith("-- cursor: "):
-                    return line[len("-- cursor: "):].strip() or None
-        return None
-
     def __enter__(self) -> UnitWatch:
-        # follow from a cursor taken now, not from whenever the follower gets going: a restart that
+        # from the cursor taken before, not from whenever the follower gets going: a restart that
         # stops the service at once must not lose its first lines ("Shutting down") to that race
-        cursor = self._cursor()
-        start = [f"--after-cursor={cursor}"] if cursor else ["-n", "0"]
+        start = [f"--after-cursor={self.cursor}"] if self.cursor else ["-n", "0"]
         with contextlib.suppress(OSError):
             self.proc = subprocess.Popen(["journalctl", "-u", self.unit, "-f", *start, "--no-pager"],
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
