@@ -237,3 +237,27 @@ class wait_for:
 
     def __await__(self) -> Generator[Any, None, bool]:
         return self._wait().__await__()
+
+
+async def click(pilot: Any, target: Any, timeout: float = 30.0) -> None:
+    """Click ``target`` (a widget or a selector on the current screen) once the screen's map puts it
+    where the click lands, and fail if the click reaches something else. A widget mounts, and may
+    take the focus, before its first layout: until then its region is empty and a click at it lands
+    on whatever is at the screen's corner."""
+    from textual.errors import NoWidget
+
+    app = pilot.app
+    widget = app.screen.query_one(target) if isinstance(target, str) else target
+
+    def placed() -> bool:
+        region = widget.region
+        if not region:
+            return False
+        try:
+            return bool(app.get_widget_at(*region.offset)[0] is widget)
+        except NoWidget:
+            return False
+
+    await wait_for(placed, timeout, what=f"{target} laid out where a click lands", pilot=pilot)
+    assert await pilot.click(widget), f"the click did not reach {target}"
+

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from specconsole.actions.deploy import DeployRequest
 from specconsole.actions.gate import Figures, GateError, Threshold, judge, parse_gate
-from specconsole.actions.rollout import Replica
+from specconsole.actions.rollout import Replica, RolloutOptions, _canary_wait
 from specconsole.actions.rollout_board import Board
-from specconsole.actions.steps import StepEvent
-from specconsole.config import parse_config
+from specconsole.actions.steps import StepEvent, Steps
+from specconsole.config import RouterConfig, parse_config
+from specconsole.hosts.local import LocalHost
+from tiny_http import TinyServer
 
 
 def test_gate_text() -> None:
@@ -55,3 +60,23 @@ def test_board_fits_eight_replicas_at_80_columns() -> None:
     assert lines[0].startswith("serve1   promoted") and "acc 5.25/5.10 450/437 tok/s" in lines[0]
     assert lines[1].startswith("serve2   deploying   restart             2.0s  … `systemctl restart")
     assert lines[2].rstrip() == "serve3   waiting     -                      -"
+
+
+async def test_the_canary_wait_names_live_figures_even_when_it_is_over_before_the_first_reading() -> None:
+    """On a loaded machine, opening the canary's client can take the whole wait: it still reads /metrics once."""
+    page = (b'sglang:gen_throughput{model_name="m"} 437.0\n'
+            b'sglang:spec_accept_length{model_name="m"} 5.1\nsglang:num_running_reqs{model_name="m"} 3\n')
+    server = TinyServer({"/metrics": lambda: (200, "text/plain", page)})
+    try:
+        config = parse_config({"hosts": [{"name": "serve", "role": "serve", "sglang": {"base_url": server.url}}]})
+        replica = Replica(config.hosts[0], LocalHost(config.hosts[0]))
+        opts = RolloutOptions(DeployRequest(draft_window=32), RouterConfig(url="http://127.0.0.1:1"), (), [],
+                              canary_wait_s=0.0)
+        events: list[StepEvent] = []
+        assert await _canary_wait(replica, opts, Steps("rollout", events.append), asyncio.Event()) == ""
+    finally:
+        server.close()
+    assert server.hits == ["/metrics"]
+    lines = [e.message for e in events]
+    assert "canary serve: 0s left; live: 437 tok/s, accept 5.10, 3 running" in lines
+    assert lines[-1] == "canary wait over; serve live: 437 tok/s, accept 5.10, 3 running"

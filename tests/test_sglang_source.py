@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -28,6 +27,7 @@ from specconsole.lab.lab_state import free_port
 from specconsole.samples import Sample
 from specconsole.sglang import SglangClient, SglangError, parse_metrics
 from specconsole.sources.sglang import ServerState, SglangSnapshot, SglangSource
+from tiny_http import Route, TinyServer
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -37,43 +37,6 @@ def local_host() -> LocalHost:
 
 def cfg(url: str, **kw: object) -> SglangConfig:
     return SglangConfig(base_url=url, interval_s=0.2, timeout_s=0.5, **kw)  # type: ignore[arg-type]
-
-
-Route = Callable[[], tuple[int, str, bytes]]
-
-
-class TinyServer:
-    """A loopback HTTP server answering from ``routes`` (path -> (status, type, body))."""
-
-    def __init__(self, routes: dict[str, Route], default: Route | None = None) -> None:
-        outer = self
-        self.routes = routes
-        self.default = default or (lambda: (404, "application/json", b'{"detail":"Not Found"}'))
-        self.hits: list[str] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                outer.hits.append(self.path)
-                status, ctype, body = outer.routes.get(self.path, outer.default)()
-                self.send_response(status)
-                self.send_header("content-type", ctype)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from textual.widgets import Button, Input, Select, Static
 
-from conftest import running_lab, wait_for
+from conftest import click, running_lab, wait_for
 from specconsole.config import load_config
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.ui.action_view import ActionPanel
@@ -76,10 +76,9 @@ async def test_k_and_d_confirm_with_cancel_focused_then_run(action_lab: Lab, tmp
         # k again, confirm: every step and command shows in the events pane
         await pilot.press("k")
         await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
-        # the dialog is laid out once its Cancel holds the focus: only then has the button a place to click
         await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
                        what="Cancel focused", pilot=pilot)
-        assert await pilot.click("#confirm-button"), "the click did not reach the confirm button"
+        await click(pilot, "#confirm-button")
         await wait_for(lambda: has(events, "training job stopped on train"), 90, what="the kill to finish", pilot=pilot)
         assert has(events, f"$ kill -TERM {launcher}") and has(events, "exit 0 in")
         # the action view stays on screen with every step and the host's state

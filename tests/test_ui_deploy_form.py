@@ -6,7 +6,7 @@ from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Select, Static
 
-from conftest import wait_for
+from conftest import click, wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.ui.deploy_screen import DeployForm
 
@@ -18,7 +18,7 @@ async def click_plan(pilot: Pilot[None], form: DeployForm) -> None:
     """Click Plan once it takes a click again: a button ignores clicks while it shows the last one (0.2 s)."""
     plan = form.query_one("#plan", Button)
     await wait_for(lambda: not plan.has_class("-active"), 5, what="the Plan button to take a click", pilot=pilot)
-    await pilot.click(plan)
+    await click(pilot, plan)
 
 
 class FormApp(App[None]):

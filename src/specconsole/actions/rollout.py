@@ -262,9 +262,8 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
 async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyncio.Event) -> str:
     top.begin("canary wait", f"holding {opts.canary_wait_s:g}s on the canary {r.name} before the rest")
     end = time.monotonic() + opts.canary_wait_s
-    figures = ""
     async with await sglang_client(r.host, r.cfg) as client:
-        while (left := end - time.monotonic()) > 0:
+        while True:  # at least one reading, even when opening the client took the whole wait
             if abort.is_set():
                 return "aborted by the operator during the canary wait"
             try:
@@ -273,8 +272,11 @@ async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyn
                            f"{m.running_reqs or 0} running")
             except SpecConsoleError as err:
                 figures = f"/metrics: {first_line(err)}"
-            top.emit("heartbeat", f"canary {r.name}: {left:.0f}s left; live: {figures or 'no figures yet'}")
-            await asyncio.sleep(min(HEARTBEAT_S, max(0.0, left)))
+            left = max(0.0, end - time.monotonic())
+            top.emit("heartbeat", f"canary {r.name}: {left:.0f}s left; live: {figures}")
+            if left <= 0:
+                break
+            await asyncio.sleep(min(HEARTBEAT_S, left))
     top.info(f"canary wait over; {r.name} live: {figures}")
     return ""
 
