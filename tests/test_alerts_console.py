@@ -73,7 +73,8 @@ async def test_the_webhook_posts_json_and_retries_a_failing_receiver() -> None:
         engine = AlertEngine(NAN_RULE, log)
         engine.evaluate(with_loss(math.nan), sd.FROZEN_NOW)
         engine.evaluate(with_loss(1.0), sd.FROZEN_NOW + 1)
-        assert await wait_for(lambda: len(receiver.received) == 2, 15)
+        # the sender counts a post once its answer is read, after the receiver has it
+        assert await wait_for(lambda: len(receiver.received) == 2 and sender.sent == 2, 15)
         await delivery.stop()
     first = receiver.received[0][1]
     assert first["alert"] == "loss-not-finite" and first["host"] == "train" and first["state"] == "firing"
