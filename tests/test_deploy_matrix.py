@@ -189,6 +189,7 @@ def ddtree_template(ddtree_lab: Lab) -> str:
 
 
 @pytest.mark.parametrize(("a", "b", "style"), _cases(RELEASE_SWITCHES))
+@pytest.mark.xdist_group("matrix-lab")  # one module lab per run, not one per worker
 async def test_a_switch_among_the_release_algorithms(base_lab: Lab, base_template: str, a: str, b: str,
                                                      style: str) -> None:
     # every switch has a target unit real SGLang accepts: none needs refusing
@@ -196,5 +197,6 @@ async def test_a_switch_among_the_release_algorithms(base_lab: Lab, base_templat
 
 
 @pytest.mark.parametrize(("a", "b", "style"), _cases(DDTREE_SWITCHES))
+@pytest.mark.xdist_group("matrix-ddtree-lab")  # one module lab per run, not one per worker
 async def test_a_switch_to_or_from_ddtree(ddtree_lab: Lab, ddtree_template: str, a: str, b: str, style: str) -> None:
     assert await _switch(ddtree_lab, ddtree_template, a, b, style, host_check=False) == "deployed"

@@ -27,7 +27,7 @@ from specconsole.lab.environment import Lab
 from specconsole.lab.simlab import SimServer, dflash_draft_dir, free_port
 from specconsole.sglang import SglangClient
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.xdist_group("eval-runner")]  # its module simulators: one set per run
 
 
 

@@ -18,6 +18,8 @@ from specconsole.lab import sglang_sim
 from specconsole.lab.lab_state import free_port
 from specconsole.sglang import SglangClient, SglangError
 
+pytestmark = pytest.mark.xdist_group("sglang-sim")  # its module simulators: one set per run, not one per worker
+
 PROMPTS = [
     "What is 17 * 23? Show your work.",
     "Write a haiku about GPUs.",

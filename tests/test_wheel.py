@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]  # one wheel and venv per run, not one per worker
 
 REPO = Path(__file__).resolve().parents[1]
 THEMES = ["dark", "light", "high-contrast"]

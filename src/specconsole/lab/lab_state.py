@@ -104,6 +104,8 @@ class LabOptions:
     trainer_step_seconds: float = 1.0
     trainer_steps_per_epoch: int = 33_000
     trainer_epochs: int = 6
+    #: tokens per worker per step (the tiny model's CPU cost per step grows with it)
+    trainer_batch_tokens: int = 2048
     sglang: bool = True
     sglang_startup_s: float = 3.0
     sglang_load_rps: float = 2.0

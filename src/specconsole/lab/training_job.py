@@ -23,7 +23,7 @@ def start_trainer(o: LabOptions, root: Path, train_log: Path, pid_file: Path, en
             "-m", "specconsole.lab.trainer", "--log-path", str(train_log),
             "--steps", str(o.trainer_steps), "--epochs", str(o.trainer_epochs),
             "--steps-per-epoch", str(o.trainer_steps_per_epoch),
-            "--step-seconds", str(o.trainer_step_seconds)]
+            "--step-seconds", str(o.trainer_step_seconds), "--batch-tokens", str(o.trainer_batch_tokens)]
     if freeze_file is not None:
         argv += ["--freeze-file", str(freeze_file)]
     env = {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
