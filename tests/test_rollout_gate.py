@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 
 import pytest
 
@@ -80,3 +82,25 @@ async def test_the_canary_wait_names_live_figures_even_when_it_is_over_before_th
     lines = [e.message for e in events]
     assert "canary serve: 0s left; live: 437 tok/s, accept 5.10, 3 running" in lines
     assert lines[-1] == "canary wait over; serve live: 437 tok/s, accept 5.10, 3 running"
+
+
+async def test_a_slow_metrics_answer_in_the_canary_wait_is_not_silence() -> None:
+    """The canary's /metrics answering after 2.5 s: heartbeats name the request while it runs."""
+    def slow() -> tuple[int, str, bytes]:
+        time.sleep(2.5)
+        return 200, "text/plain", b'sglang:gen_throughput{model_name="m"} 437.0\n'
+    server = TinyServer({"/metrics": slow})
+    try:
+        config = parse_config({"hosts": [{"name": "serve", "role": "serve",
+                                          "sglang": {"base_url": server.url, "timeout_s": 10}}]})
+        replica = Replica(config.hosts[0], LocalHost(config.hosts[0]))
+        opts = RolloutOptions(DeployRequest(draft_window=32), RouterConfig(url="http://127.0.0.1:1"), (), [],
+                              canary_wait_s=0.0)
+        events: list[StepEvent] = []
+        assert await _canary_wait(replica, opts, Steps("rollout", events.append), asyncio.Event()) == ""
+    finally:
+        server.close()
+    asking = f"GET {server.url}/metrics of the canary serve"
+    beats = [e for e in events if e.kind == "heartbeat" and asking in e.message]
+    assert len(beats) >= 2, [e.message for e in events]
+    assert max(b.at - a.at for a, b in itertools.pairwise(events)) < 1.5

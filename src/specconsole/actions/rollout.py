@@ -26,7 +26,7 @@ import asyncio
 import secrets
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specconsole.actions.deploy import (
     DeployOutcome,
@@ -39,11 +39,14 @@ from specconsole.actions.deploy import (
 from specconsole.actions.deploy_execute import execute, first_line, follow
 from specconsole.actions.gate import Figures, GateError, Threshold, Verdict, judge, measure
 from specconsole.actions.rollout_board import Board
-from specconsole.actions.router import list_workers, same_url
+from specconsole.actions.router import Worker, list_workers, same_url
 from specconsole.actions.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 from specconsole.config import Config, HostConfig, RouterConfig
 from specconsole.errors import ConfigError, SpecConsoleError
 from specconsole.hosts import Host
+
+if TYPE_CHECKING:
+    from specconsole.sglang import SglangClient
 
 
 @dataclass
@@ -116,7 +119,7 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
     top = Steps("rollout", emit)
     names = ", ".join(r.name for r in replicas)
     top.begin("router", f"checking the router {opts.router.url} lists {names}")
-    workers = await top.watch(list_workers(opts.router.url, opts.router.timeout_s), f"GET {opts.router.url}/workers")
+    workers = await _router_workers(opts, top)
     missing = [r.name for r in replicas if not any(same_url(w.url, r.worker_url) for w in workers)]
     if missing:
         raise SpecConsoleError(f"the router {opts.router.url} does not list {', '.join(missing)} (it lists "
@@ -262,12 +265,12 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
 async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyncio.Event) -> str:
     top.begin("canary wait", f"holding {opts.canary_wait_s:g}s on the canary {r.name} before the rest")
     end = time.monotonic() + opts.canary_wait_s
-    async with await sglang_client(r.host, r.cfg) as client:
+    async with await _client(r, top) as client:
         while True:  # at least one reading, even when opening the client took the whole wait
             if abort.is_set():
                 return "aborted by the operator during the canary wait"
             try:
-                m = await client.metrics()
+                m = await top.watch(client.metrics(), f"GET {client.display_url}/metrics of the canary {r.name}")
                 figures = (f"{m.gen_throughput or 0:.0f} tok/s, accept {m.spec_accept_length or 0:.2f}, "
                            f"{m.running_reqs or 0} running")
             except SpecConsoleError as err:
@@ -281,8 +284,18 @@ async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyn
     return ""
 
 
+async def _router_workers(opts: RolloutOptions, steps: Steps) -> list[Worker]:
+    """The router's workers (``GET /workers``), with heartbeats."""
+    return await steps.watch(list_workers(opts.router.url, opts.router.timeout_s), f"GET {opts.router.url}/workers")
+
+
+async def _client(r: Replica, steps: Steps) -> SglangClient:
+    """A client of ``r``'s SGLang, opened (an SSH tunnel when configured) with heartbeats."""
+    return await steps.watch(sglang_client(r.host, r.cfg), f"connecting to {r.name}'s SGLang")
+
+
 async def _measure(r: Replica, steps: Steps, opts: RolloutOptions) -> Figures:
-    async with await sglang_client(r.host, r.cfg) as client:
+    async with await _client(r, steps) as client:
         async def generate(text: str, max_new: int) -> dict[str, Any]:
             return await client.generate(text, max_new, 0.0)
 
@@ -294,14 +307,14 @@ async def _final_lines(replicas: list[Replica], opts: RolloutOptions, top: Steps
     """One line per replica: what it serves now (its /server_info) and whether the router lists it."""
     top.begin("result", "what each replica serves now")
     try:
-        listed = [w.url for w in await list_workers(opts.router.url, opts.router.timeout_s)]
+        listed = [w.url for w in await _router_workers(opts, top)]
     except SpecConsoleError as err:
         listed = []
         top.warn(first_line(err))
     for r in replicas:
         try:
-            async with await sglang_client(r.host, r.cfg) as client:
-                info = await client.server_info()
+            async with await _client(r, top) as client:
+                info = await top.watch(client.server_info(), f"GET {client.display_url}/server_info of {r.name}")
             draft = info.draft_model_path
             r.serves = (f"{info.algorithm or 'no speculation'}"
                         + (f" window {info.draft_window}" if info.draft_window else "")
