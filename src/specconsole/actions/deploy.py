@@ -294,8 +294,9 @@ async def sglang_client(host: Host, cfg: HostConfig) -> SglangClient:
 async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | None:
     """The running server's version from /server_info (None when it does not answer)."""
     try:
-        async with await sglang_client(host, cfg) as client:
-            info = await client.server_info()
+        client = await steps.watch(sglang_client(host, cfg), f"connecting to {host.name}'s SGLang")
+        async with client:
+            info = await steps.watch(client.server_info(), f"GET {client.display_url}/server_info")
     except Exception as err:
         steps.warn(f"SGLang version unknown: /server_info did not answer ({first_line(err)})")
         return None
