@@ -1,5 +1,6 @@
-"""The lab's systemctl/journalctl shim on its own (no sshd): the journal cursor, and systemctl3's
-child-process search done in one read of /proc with the same answer as upstream's."""
+"""The lab's systemctl/journalctl shim on its own (no sshd): the journal cursor, systemctl3's
+child-process search done in one read of /proc with the same answer as upstream's, and a restart
+of a failing Restart= unit."""
 
 from __future__ import annotations
 
@@ -75,3 +76,43 @@ def test_the_child_search_finds_what_upstreams_finds(tmp_path: Path) -> None:
         return False
 
     assert wait_for(group_gone, 5)  # nothing of the tree left running
+
+
+def _systemctl(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    systemctl3 = str(Path(sys.executable).parent / "systemctl3")
+    return subprocess.run([sys.executable, "-m", "specconsole.lab.systemctl_shim", str(root), systemctl3, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _unit(root: Path, exec_start: str) -> None:
+    path = root / "etc" / "systemd" / "system" / "crash.service"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"[Unit]\nDescription=test\n\n[Service]\nType=simple\nExecStart={exec_start}\n"
+                    "Restart=on-failure\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n")
+
+
+def test_a_restart_is_not_taken_for_a_crash_of_the_process_it_stopped(tmp_path: Path) -> None:
+    """A rollback restarts a failing Restart=on-failure unit: the old process exits 1 on the stop's
+    SIGTERM, and the supervisor that started it sees that exit late. The new process is not shown
+    in auto-restart (for RestartSec, 2 s here) nor followed by a failure line in the journal."""
+    root = tmp_path / "host"
+    _unit(root, "/bin/sh -c 'trap \"exit 1\" TERM; while :; do sleep 0.05; done'")  # fails when stopped
+    try:
+        assert _systemctl(root, "start", "crash.service").returncode == 0
+        log = root / "var" / "log" / "journal" / "crash.service.log"
+        _unit(root, "/bin/sleep 300")  # the previous config, restored
+        assert _systemctl(root, "daemon-reload").returncode == 0
+        assert _systemctl(root, "restart", "crash.service").returncode == 0
+        after = log.stat().st_size if log.exists() else 0
+        shown = []
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            shown.append(_systemctl(root, "show", "--property=ActiveState", "--property=SubState",
+                                    "--property=NRestarts", "--", "crash.service").stdout.split())
+            time.sleep(0.1)
+        assert all(sorted(s) == ["ActiveState=active", "NRestarts=0", "SubState=running"] for s in shown), shown
+        late = log.read_text()[after:] if log.exists() else ""
+        assert "FAILURE" not in late and "Scheduled restart" not in late, late
+        assert _systemctl(root, "is-active", "crash.service").stdout.strip() == "active"
+    finally:
+        _systemctl(root, "stop", "crash.service")

@@ -18,7 +18,10 @@ exit status, writes systemd's journal lines (``UNIT: Main process exited, code=e
 status=1/FAILURE``, ``Failed with result 'exit-code'``, ``Scheduled restart job, restart
 counter is at N``), shows the unit as ``activating``/``auto-restart`` until it restarts it
 after ``RestartSec`` (at most 5 times in 10 s, then ``Start request repeated too quickly``)
-and counts ``NRestarts``.
+and counts ``NRestarts``. A later ``start``/``restart`` takes the unit over, as systemd's cancels
+a pending automatic restart: the earlier supervisor then neither restarts its failed process nor
+reports its failure (systemd would have logged it before that restart returned; seen late, it
+would read as a crash of the new process).
 
 ``journalctl -f -n 0`` follows only new lines, as systemd's does (journalctl3 shows 10 old
 lines for ``-n 0``), and ``--show-cursor``/``--after-cursor`` work as systemd's do (a cursor here
@@ -223,6 +226,18 @@ def _auto_restart_file(root: Path, unit: str) -> Path:
     return root / "run" / f"{_unit_name(unit)}.auto-restart"
 
 
+def _owner_file(root: Path, unit: str) -> Path:
+    """The pid of the supervisor whose start or restart is the unit's latest."""
+    return root / "run" / f"{_unit_name(unit)}.supervisor"
+
+
+def _owns(root: Path, unit: str) -> bool:
+    """Whether this supervisor still has the unit: a later ``start``/``restart`` took it over."""
+    with contextlib.suppress(OSError):
+        return _owner_file(root, unit).read_text().strip() == str(os.getpid())
+    return False
+
+
 def nrestarts(root: Path, unit: str) -> int:
     with contextlib.suppress(OSError, ValueError):
         return int(_state_file(root, unit).read_text().strip() or 0)
@@ -257,6 +272,7 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _state_file(root, unit).parent.mkdir(parents=True, exist_ok=True)
     _state_file(root, unit).write_text("0\n")   # an explicit start resets the counter, as systemd does
+    _owner_file(root, unit).write_text(f"{os.getpid()}\n")
     # ... and cancels a pending automatic restart: an earlier supervisor between a crash and its
     # restart must not show the freshly started unit as activating/auto-restart
     _auto_restart_file(root, unit).unlink(missing_ok=True)
@@ -284,16 +300,26 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
         if clean:
             journal(root, unit, "Deactivated successfully.")
             continue
+        if not _owns(root, unit):
+            # a later start/restart took the unit over while this process was failing: systemd would
+            # have logged its exit before that restart returned; this supervisor may see it late, and a
+            # late line or auto-restart state would read as a crash of the new process, so it stays silent
+            continue
         will_restart = policy in ("on-failure", "always", "on-abnormal") and bool(unit_files(root, unit))
         marker = _auto_restart_file(root, unit)
         if will_restart:
             marker.touch()
+            if not _owns(root, unit):   # taken over meanwhile: the new owner cleared the marker first
+                marker.unlink(missing_ok=True)
+                continue
         try:
             journal(root, unit, f"Main process exited, {what}")
             journal(root, unit, f"Failed with result '{result}'.")
             if not will_restart:
                 continue
             time.sleep(delay)
+            if not _owns(root, unit):
+                continue                    # a start/restart took it over meanwhile (e.g. a rollback)
             state = subprocess.run(_plain(root, systemctl3, ["is-active", unit]), capture_output=True, text=True)
             if state.stdout.strip() == "active":
                 continue                    # someone started it meanwhile (e.g. a rollback)
