@@ -50,10 +50,12 @@ def test_status_json_has_real_values_for_both_hosts(lab: Lab) -> None:
         res = run_status("--config", str(lab.config_path), "--json")
         assert res.returncode == 0, res.stderr
         snaps.append(json.loads(res.stdout))
-        return loaded(snaps[-1])
+        # a GPU reading older than its interval + grace is marked stale, rightly: a loaded 2-core
+        # machine can delay one by seconds, so the snapshot checked below is a fresh one
+        return loaded(snaps[-1]) and not any(h["gpu"]["stale"] for h in snaps[-1]["hosts"])
 
-    assert wait_for(snapshot_loaded, 60, what="SGLang loaded and its simulated traffic counted in `status --json`",
-                    step=0.2)
+    assert wait_for(snapshot_loaded, 60, what="SGLang loaded, its simulated traffic counted and fresh GPU readings "
+                    "in `status --json`", step=0.2)
     data = snaps[-1]
     hosts = {h["name"]: h for h in data["hosts"]}
     assert set(hosts) == {"train", "serve"}
