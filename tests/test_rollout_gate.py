@@ -64,13 +64,11 @@ def test_board_fits_eight_replicas_at_80_columns() -> None:
     assert lines[2].rstrip() == "serve3   waiting     -                      -"
 
 
-async def test_the_canary_wait_names_live_figures_even_when_it_is_over_before_the_first_reading() -> None:
-    """On a loaded machine, opening the canary's client can take the whole wait: it still reads /metrics once."""
-    page = (b'sglang:gen_throughput{model_name="m"} 437.0\n'
-            b'sglang:spec_accept_length{model_name="m"} 5.1\nsglang:num_running_reqs{model_name="m"} 3\n')
-    server = TinyServer({"/metrics": lambda: (200, "text/plain", page)})
+async def canary_wait_of(server: TinyServer) -> list[StepEvent]:
+    """The events of a 0 s canary wait on a replica whose SGLang is ``server`` (closed after)."""
     try:
-        config = parse_config({"hosts": [{"name": "serve", "role": "serve", "sglang": {"base_url": server.url}}]})
+        config = parse_config({"hosts": [{"name": "serve", "role": "serve",
+                                          "sglang": {"base_url": server.url, "timeout_s": 10}}]})
         replica = Replica(config.hosts[0], LocalHost(config.hosts[0]))
         opts = RolloutOptions(DeployRequest(draft_window=32), RouterConfig(url="http://127.0.0.1:1"), (), [],
                               canary_wait_s=0.0)
@@ -78,6 +76,15 @@ async def test_the_canary_wait_names_live_figures_even_when_it_is_over_before_th
         assert await _canary_wait(replica, opts, Steps("rollout", events.append), asyncio.Event()) == ""
     finally:
         server.close()
+    return events
+
+
+async def test_the_canary_wait_names_live_figures_even_when_it_is_over_before_the_first_reading() -> None:
+    """On a loaded machine, opening the canary's client can take the whole wait: it still reads /metrics once."""
+    page = (b'sglang:gen_throughput{model_name="m"} 437.0\n'
+            b'sglang:spec_accept_length{model_name="m"} 5.1\nsglang:num_running_reqs{model_name="m"} 3\n')
+    server = TinyServer({"/metrics": lambda: (200, "text/plain", page)})
+    events = await canary_wait_of(server)
     assert server.hits == ["/metrics"]
     lines = [e.message for e in events]
     assert "canary serve: 0s left; live: 437 tok/s, accept 5.10, 3 running" in lines
@@ -90,16 +97,7 @@ async def test_a_slow_metrics_answer_in_the_canary_wait_is_not_silence() -> None
         time.sleep(2.5)
         return 200, "text/plain", b'sglang:gen_throughput{model_name="m"} 437.0\n'
     server = TinyServer({"/metrics": slow})
-    try:
-        config = parse_config({"hosts": [{"name": "serve", "role": "serve",
-                                          "sglang": {"base_url": server.url, "timeout_s": 10}}]})
-        replica = Replica(config.hosts[0], LocalHost(config.hosts[0]))
-        opts = RolloutOptions(DeployRequest(draft_window=32), RouterConfig(url="http://127.0.0.1:1"), (), [],
-                              canary_wait_s=0.0)
-        events: list[StepEvent] = []
-        assert await _canary_wait(replica, opts, Steps("rollout", events.append), asyncio.Event()) == ""
-    finally:
-        server.close()
+    events = await canary_wait_of(server)
     asking = f"GET {server.url}/metrics of the canary serve"
     beats = [e for e in events if e.kind == "heartbeat" and asking in e.message]
     assert len(beats) >= 2, [e.message for e in events]
