@@ -15,9 +15,13 @@ from conftest import wait_for
 from specconsole.lab import systemctl_shim
 
 
+def _shim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specconsole.lab.systemctl_shim", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
 def _journal(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specconsole.lab.systemctl_shim", "--journal", str(root),
-                           "journalctl3", *args], capture_output=True, text=True, timeout=30)
+    return _shim("--journal", str(root), "journalctl3", *args)
 
 
 def test_a_follower_started_after_a_cursor_misses_no_line(tmp_path: Path) -> None:
@@ -79,9 +83,7 @@ def test_the_child_search_finds_what_upstreams_finds(tmp_path: Path) -> None:
 
 
 def _systemctl(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    systemctl3 = str(Path(sys.executable).parent / "systemctl3")
-    return subprocess.run([sys.executable, "-m", "specconsole.lab.systemctl_shim", str(root), systemctl3, *args],
-                          capture_output=True, text=True, timeout=60)
+    return _shim(str(root), str(Path(sys.executable).parent / "systemctl3"), *args)
 
 
 def _unit(root: Path, exec_start: str) -> None:

@@ -276,26 +276,30 @@ def _typed(value: str | None) -> Any:
 
 
 
-async def sglang_client(host: Host, cfg: HostConfig) -> SglangClient:
-    """A client of ``cfg``'s SGLang (through an SSH tunnel to ``host`` when configured); use it as
-    ``async with await sglang_client(host, cfg) as client``."""
+async def sglang_client(host: Host, cfg: HostConfig, steps: Steps) -> SglangClient:
+    """A client of ``cfg``'s SGLang (through an SSH tunnel to ``host`` when configured, opened with
+    heartbeats on ``steps``); use it as ``async with await sglang_client(host, cfg, steps) as client``."""
     from specconsole.sglang import SglangClient
 
     assert cfg.sglang is not None
-    url = cfg.sglang.base_url
-    if cfg.sglang.tunnel:
-        from specconsole.hosts.address import tunnel_url
+    sglang = cfg.sglang
 
-        url = await tunnel_url(host, url)
-    return SglangClient(url, timeout_s=cfg.sglang.timeout_s, api_key=cfg.sglang.api_key,
-                        max_body_bytes=round(cfg.sglang.max_body_mib * MIB))
+    async def opened() -> SglangClient:
+        url = sglang.base_url
+        if sglang.tunnel:
+            from specconsole.hosts.address import tunnel_url
+
+            url = await tunnel_url(host, url)
+        return SglangClient(url, timeout_s=sglang.timeout_s, api_key=sglang.api_key,
+                            max_body_bytes=round(sglang.max_body_mib * MIB))
+
+    return await steps.watch(opened(), f"connecting to {cfg.name}'s SGLang")
 
 
 async def _server_version(host: Host, cfg: HostConfig, steps: Steps) -> str | None:
     """The running server's version from /server_info (None when it does not answer)."""
     try:
-        client = await steps.watch(sglang_client(host, cfg), f"connecting to {host.name}'s SGLang")
-        async with client:
+        async with await sglang_client(host, cfg, steps) as client:
             info = await steps.watch(client.server_info(), f"GET {client.display_url}/server_info")
     except Exception as err:
         steps.warn(f"SGLang version unknown: /server_info did not answer ({first_line(err)})")

@@ -26,7 +26,7 @@ import asyncio
 import secrets
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specconsole.actions.deploy import (
     DeployOutcome,
@@ -44,9 +44,6 @@ from specconsole.actions.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 from specconsole.config import Config, HostConfig, RouterConfig
 from specconsole.errors import ConfigError, SpecConsoleError
 from specconsole.hosts import Host
-
-if TYPE_CHECKING:
-    from specconsole.sglang import SglangClient
 
 
 @dataclass
@@ -265,7 +262,7 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
 async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyncio.Event) -> str:
     top.begin("canary wait", f"holding {opts.canary_wait_s:g}s on the canary {r.name} before the rest")
     end = time.monotonic() + opts.canary_wait_s
-    async with await _client(r, top) as client:
+    async with await sglang_client(r.host, r.cfg, top) as client:
         while True:  # at least one reading, even when opening the client took the whole wait
             if abort.is_set():
                 return "aborted by the operator during the canary wait"
@@ -289,13 +286,8 @@ async def _router_workers(opts: RolloutOptions, steps: Steps) -> list[Worker]:
     return await steps.watch(list_workers(opts.router.url, opts.router.timeout_s), f"GET {opts.router.url}/workers")
 
 
-async def _client(r: Replica, steps: Steps) -> SglangClient:
-    """A client of ``r``'s SGLang, opened (an SSH tunnel when configured) with heartbeats."""
-    return await steps.watch(sglang_client(r.host, r.cfg), f"connecting to {r.name}'s SGLang")
-
-
 async def _measure(r: Replica, steps: Steps, opts: RolloutOptions) -> Figures:
-    async with await _client(r, steps) as client:
+    async with await sglang_client(r.host, r.cfg, steps) as client:
         async def generate(text: str, max_new: int) -> dict[str, Any]:
             return await client.generate(text, max_new, 0.0)
 
@@ -313,7 +305,7 @@ async def _final_lines(replicas: list[Replica], opts: RolloutOptions, top: Steps
         top.warn(first_line(err))
     for r in replicas:
         try:
-            async with await _client(r, top) as client:
+            async with await sglang_client(r.host, r.cfg, top) as client:
                 info = await top.watch(client.server_info(), f"GET {client.display_url}/server_info of {r.name}")
             draft = info.draft_model_path
             r.serves = (f"{info.algorithm or 'no speculation'}"
