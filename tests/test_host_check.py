@@ -7,7 +7,12 @@ SGLang 0.5.23 (``.venv-sglang``), so the verdicts below are SGLang's own.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +23,8 @@ from specconsole.actions.deploy import DeployRefused, DeployRequest, preflight
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.hosts import CommandResult
 from specconsole.lab.environment import Lab, LabOptions, write_draft_model
+from specconsole.lab.sglang_judge import sglang_python
+from specconsole.sglang import argcheck
 from specconsole.sglang.unit import parse_unit
 from test_deploy import connect, server_info, unit_digest, wait_healthy
 
@@ -31,13 +38,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[L
                            LabOptions(trainer=False, sglang_startup_s=0.3, sglang_load_rps=0), wait_healthy)
 
 
-async def _check(lab: Lab, args: list[str]) -> tuple[host_check.HostVerdict, list[StepEvent]]:
+async def _check(lab: Lab, args: list[str], python: Path | None = None
+                 ) -> tuple[host_check.HostVerdict, list[StepEvent]]:
+    """The host check of ``args`` under the unit's launcher (or ``python -m sglang.launch_server``)."""
     events: list[StepEvent] = []
     host, _cfg = await connect(lab)
     try:
         cat = lab._systemctl("cat", "sglang.service").stdout
         unit = parse_unit("sglang.service", cat)
-        prefix = unit.exec_start[:2]  # .../bin/sglang serve
+        prefix = [str(python), "-m", "sglang.launch_server"] if python else unit.exec_start[:2]  # bin/sglang serve
         verdict = await host_check.check(host, Steps("deploy", events.append, host="serve"), unit, prefix,
                                          ["--model-path", str(lab.target_model_dir()), *args])
     finally:
@@ -138,7 +147,8 @@ async def test_a_launcher_that_is_not_python_falls_back_to_the_built_in_rules_in
             await host.close()
         warns = [e.message for e in events if e.kind == "warning" and "own check" in e.message]
         assert warns and warns[0].startswith("SGLang's own check cannot run on serve: ExecStart's program ")
-        assert "is not a Python script (#!/bin/sh)" in warns[0] and "the built-in rules decide" in warns[0]
+        assert "is not a Python script (#!/bin/sh)" in warns[0]
+        assert "checking with the built-in rules instead" in warns[0]
         assert plan.host_verdict is not None and plan.host_verdict.verdict == "unavailable"
 
         # the review's finding: a unit with --decode-attention-backend fa3 (and --attention-backend triton) passed
@@ -231,3 +241,139 @@ async def test_a_unit_that_runs_python_m_sglang_launch_server_is_checked_by_that
     assert verdict.resolved["speculative_num_draft_tokens"] == 12  # SGLang's own NGRAM default
     commands = [e.message for e in events if e.kind == "command"]
     assert len(commands) == 1 and f"{python} - --model-path " in commands[0]  # no #! lookup needed
+
+
+# --- SGLang's import chain breaking is the check failing to run, not SGLang refusing (issue 31) ---
+
+#: A module real SGLang 0.5.23 imports only once ``resolve_once`` runs (its resolution pipeline ->
+#: kv_shard_hook -> configs -> nano_nemotron_vl -> internvl_utils, which imports torchvision).
+DEEP_MODULE = "sglang/srt/multimodal/internvl_utils.py"
+
+
+def broken_sglang_venv(dest: Path, how: str) -> Path:
+    """A copy of ``.venv-sglang`` (hard links: a second or so) whose import chain breaks ``how``:
+    ``torchvision`` (the module is not installed, as on the host of the issue), ``syntax`` (a patched
+    build with a SyntaxError) or ``library`` (a shared library that does not load). Its Python."""
+    real = sglang_python()
+    assert real, "tests need .venv-sglang (scripts/setup.sh)"
+    venv = Path(real).parent.parent
+    subprocess.run(["cp", "-al", str(venv), str(dest)], check=True)
+    site = next((dest / "lib").glob("python3*/site-packages"))
+    if how == "torchvision":
+        shutil.rmtree(site / "torchvision")
+    else:
+        deep = site / DEEP_MODULE
+        text = deep.read_text()
+        deep.unlink()  # a file of its own, not the shared hard link
+        head = ("import ctypes\nctypes.CDLL('libspecconsole-missing.so.1')\n" if how == "library"
+                else "def patched(:\n    pass\n")
+        deep.write_text(head + text)
+    return dest / "bin" / "python"
+
+
+@contextmanager
+def serving_python(lab: Lab, python: Path) -> Iterator[None]:
+    """The serving host's SGLang virtualenv Python (the launcher's ``#!``) is ``python`` meanwhile."""
+    wrapper = lab.sglang_venv_python()
+    kept = wrapper.with_name("python.kept")
+    os.replace(wrapper, kept)
+    try:
+        wrapper.write_text(f'#!/bin/sh\nexec {python} "$@"\n')  # not a link: a venv's Python is found by its path
+        wrapper.chmod(0o755)
+        yield
+    finally:
+        wrapper.unlink()
+        os.replace(kept, wrapper)
+
+
+async def test_a_host_whose_sglang_cannot_import_torchvision_deploys_with_the_built_in_rules(
+        lab: Lab, tmp_path: Path) -> None:
+    """The issue's host: every deploy was refused with "SGLang 0.5.23 on serve refuses the planned
+    command line: ModuleNotFoundError ..."; now the check says it could not run, and the deploy goes on."""
+    python = broken_sglang_venv(tmp_path / "venv", "torchvision")
+    before = unit_digest(lab)
+    events: list[StepEvent] = []
+    with serving_python(lab, python):
+        host, cfg = await connect(lab)
+        try:
+            plan = await preflight(host, cfg, DeployRequest(algorithm="DFLASH", draft_window=64),
+                                   Steps("deploy", events.append, host="serve"))
+        finally:
+            await host.close()
+    assert plan.host_verdict is not None and plan.host_verdict.verdict == "unavailable"
+    warns = [e.message for e in events if e.kind == "warning" and "own check" in e.message]
+    assert len(warns) == 1 and "\n" not in warns[0]
+    assert warns[0] == ("SGLang's own check cannot run on serve: SGLang 0.5.23 cannot import its resolution: "
+                        "ModuleNotFoundError: No module named 'torchvision' (sglang/srt/multimodal/"
+                        "internvl_utils.py:5: import torchvision.transforms as T); checking with the built-in rules "
+                        "instead (--no-host-check skips the check)")
+    assert not any("refuses" in e.message for e in events)
+    assert plan.new.get("algorithm") == "DFLASH" and plan.changes  # the built-in rules planned it
+    assert "could not run (SGLang 0.5.23 cannot import its resolution" in "\n".join(plan.describe())
+    assert unit_digest(lab) == before
+
+
+@pytest.mark.parametrize(("how", "said"), [
+    ("syntax", "SyntaxError: invalid syntax (internvl_utils.py, line 1) (sglang/srt/configs/nano_nemotron_vl.py:22: "
+               "from sglang.srt.multimodal.internvl_utils import IMAGENET_MEAN, IMAGENET_STD)"),
+    ("library", "OSError: libspecconsole-missing.so.1: cannot open shared object file: No such file or directory "
+                "(sglang/srt/multimodal/internvl_utils.py:2: ctypes.CDLL('libspecconsole-missing.so.1'))"),
+])
+async def test_an_import_chain_broken_deep_inside_sglang_is_unavailable_not_refused(
+        lab: Lab, tmp_path: Path, how: str, said: str) -> None:
+    python = broken_sglang_venv(tmp_path / "venv", how)
+    verdict, events = await _check(lab, ["--speculative-algorithm", "NEXTN"], python)
+    assert verdict.verdict == "unavailable" and verdict.version == "0.5.23", verdict
+    assert verdict.message == f"SGLang 0.5.23 cannot import its resolution: {said}"
+    assert verdict.python == str(python)
+    assert [e.message for e in events if e.kind == "command"][-1].split(" - ")[0].endswith(str(python))
+
+
+async def test_sglangs_own_verdict_is_still_a_refusal_where_its_import_chain_is_broken(
+        lab: Lab, tmp_path: Path) -> None:
+    """argparse answers before the lazy imports: its usage error stays SGLang's refusal."""
+    python = broken_sglang_venv(tmp_path / "venv", "torchvision")
+    verdict, _ = await _check(lab, ["--attention-backend", "trition"], python)
+    assert verdict.verdict == "refused"
+    assert verdict.message.startswith("sglang serve: error: argument --attention-backend: invalid choice: 'trition'")
+
+
+def test_import_failures_are_told_from_verdicts(tmp_path: Path) -> None:
+    """:func:`argcheck.import_failure` on real exceptions raised by real imports and functions."""
+    (tmp_path / "needs_lib.py").write_text("import ctypes\nctypes.CDLL('libspecconsole-missing.so.1')\n")
+    (tmp_path / "bad_value.py").write_text("raise ValueError('bad at import')\n")
+    (tmp_path / "rules.py").write_text(
+        "def refuse():\n    raise ValueError('--speculative-num-steps must be >= 1')\n"
+        "def wrap():\n    try:\n        import needs_lib  # noqa\n"
+        "    except OSError as err:\n        raise RuntimeError('Failed to import needs_lib') from err\n"
+        "def explain():\n    try:\n        import no_such_module_xyz  # noqa\n"
+        "    except ImportError as err:\n        raise ValueError('flashinfer is not installed') from err\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import rules  # type: ignore[import-not-found]
+
+        def raised(call: object) -> BaseException:
+            try:
+                call()  # type: ignore[operator]
+            except Exception as err:
+                return err
+            raise AssertionError("nothing raised")
+
+        def importing(name: str) -> BaseException:
+            return raised(lambda: __import__(name))
+
+        assert argcheck.import_failure(raised(rules.refuse)) is None  # a verdict
+        assert argcheck.import_failure(raised(rules.explain)) is None  # SGLang's ValueError, whatever its cause
+        said = argcheck.import_failure(importing("needs_lib"))
+        assert said is not None and said.startswith("OSError: libspecconsole-missing.so.1: cannot open shared object")
+        assert said.endswith("(needs_lib.py:2: ctypes.CDLL('libspecconsole-missing.so.1'))")
+        assert argcheck.import_failure(importing("bad_value")) == \
+            "ValueError: bad at import (bad_value.py:1: raise ValueError('bad at import'))"
+        wrapped = argcheck.import_failure(raised(rules.wrap))
+        assert wrapped is not None and wrapped.startswith("OSError: libspecconsole-missing.so.1")
+        assert argcheck.import_failure(importing("no_such_module_xyz")) == \
+            "ModuleNotFoundError: No module named 'no_such_module_xyz'"
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("rules", "needs_lib", "bad_value"):
+            sys.modules.pop(name, None)

@@ -1,5 +1,7 @@
-"""The built wheel works on its own: installed into a fresh venv (dependencies from pip's index),
-run from a folder outside the checkout, it has its themes, its eval suite and its command."""
+"""The built wheel works on its own: installed into a fresh venv (its dependencies from the console's
+lock, requirements/console.txt, as an operator installs it; ``pip check`` then holds the wheel's own
+declared ranges against them), run from a folder outside the checkout, it has its themes, its eval
+suite and its command."""
 
 from __future__ import annotations
 
@@ -48,7 +50,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = (base / "dist").glob("specconsole-*.whl")
     env = base / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", env], cwd=base)
-    run([sys.executable, "-m", "pip", "--python", env / "bin" / "python", "install", "--quiet", wheel], cwd=base)
+    pip = [sys.executable, "-m", "pip", "--python", env / "bin" / "python"]
+    run([*pip, "install", "--quiet", "--require-hashes", "-r", REPO / "requirements" / "console.txt"], cwd=base)
+    run([*pip, "install", "--quiet", "--no-deps", wheel], cwd=base)
+    run([*pip, "check"], cwd=base)  # the wheel's Requires-Dist against what the lock installed
     return env
 
 

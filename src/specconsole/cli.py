@@ -145,7 +145,7 @@ async def _connected_host(config: Config, name: str | None, role: str, steps: St
     if name:
         candidates = tuple(h for h in candidates if h.name == name)
     if not candidates:
-        which = f"host {name!r} with " if name else "a host with "
+        which = f"host {name!r} with " if name else "host with "
         raise ConfigError(config.path, "hosts", f"no {which}role {role!r} configured",
                           f"add role = \"{role}\" to a [[hosts]] table, or pass --host NAME")
     if len(candidates) > 1 and not name:

@@ -262,8 +262,8 @@ async def _host_check(host: Host, cfg: HostConfig, unit: ServiceUnit, cli: Sglan
                             f"`{verdict.python} -` with the unit's environment; the exact command is in the step "
                             f"log); nothing was changed")
     if verdict.verdict == "unavailable":
-        steps.warn(f"SGLang's own check cannot run on {cfg.name}: {verdict.message}; the built-in rules decide "
-                   f"(--no-host-check skips the check)")
+        steps.warn(f"SGLang's own check cannot run on {cfg.name}: {verdict.message}; checking with the built-in "
+                   f"rules instead (--no-host-check skips the check)")
     else:
         steps.info(f"{verdict.who} accepts it: {resolved_summary(verdict.resolved)}")
         for w in verdict.warnings[:5]:

@@ -18,7 +18,14 @@ SGLang decided:
   is ``"kind": "usage"`` with argparse's message); ``source`` is the failing line for a bare
   ``assert``, whose message is empty;
 * ``{"verdict": "unavailable", "reason": ...}``: this Python cannot run the check (no ``sglang``
-  module, or a build without these entry points). Exit status 3.
+  module, a build without these entry points, or SGLang's own import chain failing). Exit status 3.
+
+Only SGLang's verdict on the arguments is a refusal: argparse's exit, or an exception SGLang's
+parsing or resolution raises about them. An exception raised while a module is being imported
+(SGLang imports much of itself lazily, inside ``resolve_once``) is the check failing to run, not a
+verdict: ``ImportError`` and its kin, a ``SyntaxError`` in a patched build, or any other exception
+raised by a module's top-level code (an ``OSError`` for a missing shared library) is
+``"unavailable"``, with the import that broke (:func:`import_failure`).
 """
 
 from __future__ import annotations
@@ -74,6 +81,15 @@ def _refusal(err: BaseException, version: str) -> dict[str, object]:
             "where": where, "source": source[:400]}
 
 
+def _cannot_import(err: BaseException, version: str, what: str) -> dict[str, object] | None:
+    """The ``unavailable`` answer when ``err`` is SGLang's import chain breaking (else None)."""
+    why = import_failure(err)
+    if why is None:
+        return None
+    return {"verdict": "unavailable", "version": version, "kind": "import",
+            "reason": f"SGLang {version} cannot import {what}: {why}"}
+
+
 def _statement(path: str, lineno: int) -> str:
     """The whole statement (a multi-line ``assert`` too) at ``path:lineno``, on one line."""
     try:
@@ -98,6 +114,34 @@ def _statement(path: str, lineno: int) -> str:
     return " ".join(segment.split())
 
 
+def import_failure(err: BaseException) -> str | None:
+    """Why ``err`` is an import breaking rather than a verdict (None when it is a verdict).
+
+    An ``ImportError`` (``ModuleNotFoundError`` included) or ``SyntaxError`` always is; any other
+    exception is when it was raised by a module's top-level code (a frame named ``<module>`` below the
+    caller's own frame: the module being imported), such as ``ctypes.CDLL`` failing on a shared
+    library at import. A wrapper that is not SGLang's verdict (transformers' lazy modules re-raise a
+    failed import as ``RuntimeError ... from err``) is one when its cause is; a ``ValueError`` or
+    ``AssertionError`` raised by a function stays SGLang's verdict. The answer names the exception
+    and the deepest module-level line on the way."""
+    seen: BaseException | None = err
+    while seen is not None:
+        frames = traceback.extract_tb(seen.__traceback__)[1:]  # the first frame is the catching one
+        modules = [f for f in frames if f.name == "<module>"]
+        if isinstance(seen, (ImportError, SyntaxError)) or modules:
+            said = f"{type(seen).__name__}: {' '.join(str(seen).split())[:300]}"
+            if modules:
+                at = modules[-1]
+                path = at.filename.replace("\\", "/")
+                where = path[path.rfind("/sglang/") + 1:] if "/sglang/" in path else path.rsplit("/", 1)[-1]
+                said += f" ({where}:{at.lineno}: {' '.join((at.line or '').split())[:160]})"
+            return said
+        if isinstance(seen, (ValueError, AssertionError)):
+            return None
+        seen = seen.__cause__
+    return None
+
+
 def warm_up() -> None:
     """Import what a check needs (for a process that forks one child per check)."""
     from sglang.srt import server_args  # noqa: F401
@@ -115,7 +159,7 @@ def check(argv: list[str], *, full: bool = False) -> dict[str, object]:
         from sglang.srt import server_args as sa
     except Exception as err:  # ImportError, or a broken install
         return {"verdict": "unavailable", "reason": f"cannot import sglang.srt.server_args: "
-                f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+                f"{import_failure(err) or type(err).__name__ + ': ' + ' '.join(str(err).split())[:300]}"}
     version = str(getattr(sglang, "__version__", "") or "")
     prepare = getattr(sa, "prepare_server_args", None)
     if prepare is None:
@@ -125,8 +169,11 @@ def check(argv: list[str], *, full: bool = False) -> dict[str, object]:
         from sglang.srt.plugins import load_plugins
     except ImportError:
         load_plugins = None
-    if load_plugins is not None:
-        load_plugins()
+    try:
+        if load_plugins is not None:
+            load_plugins()
+    except Exception as err:
+        return _cannot_import(err, version, "its plugins") or _refusal(err, version)
     caught = _Warnings()
     logging.getLogger().addHandler(caught)
     usage = io.StringIO()
@@ -139,7 +186,7 @@ def check(argv: list[str], *, full: bool = False) -> dict[str, object]:
         return {"verdict": "refused", "version": version, "kind": "usage", "message": said.strip()[:600],
                 "where": "argparse", "source": ""}
     except Exception as err:
-        return _refusal(err, version)
+        return _cannot_import(err, version, "its argument parser") or _refusal(err, version)
     finally:
         logging.getLogger().addHandler(caught)  # prepare_server_args' basicConfig(force=True) drops handlers
     resolve = getattr(args, "resolve_once", None)
@@ -150,7 +197,7 @@ def check(argv: list[str], *, full: bool = False) -> dict[str, object]:
             return {"verdict": "unavailable", "version": version,
                     "reason": f"SGLang {version}'s ServerArgs has neither resolve_once nor speculative settings"}
     except Exception as err:
-        return _refusal(err, version)
+        return _cannot_import(err, version, "its resolution") or _refusal(err, version)
     finally:
         logging.getLogger().removeHandler(caught)
     values = args.resolved_dict() if hasattr(args, "resolved_dict") else vars(args)
