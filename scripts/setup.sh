@@ -2,12 +2,14 @@
 # Installs what specconsole and its lab need, saying what it installs:
 #   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv,
 #        sudo (the lab's deploy as a non-root user through sudo),
-#        prometheus (the Prometheus source's tests scrape the lab's exporter doubles)
+#        prometheus (the Prometheus source's tests scrape the lab's exporter doubles),
+#        chromium and fonts-dejavu-core (the browser tests of `specconsole web`)
 #   pip (into ./.venv): exactly requirements/dev.txt, a hashed lock (pip --require-hashes) of
 #        specconsole's [dev] extras (textual, asyncssh, httpx, sniffio, prometheus_client, nvidia-ml-py,
 #        msgspec, zstandard, docker-systemctl-replacement, torch 2.13.0 CPU, sglang-router 0.3.2 (the
 #        real router in front of the lab's replicas, `lab up --serve N`), pytest, pytest-xdist, ruff,
-#        mypy, import-linter, uv) and the build backend; then specconsole itself, editable, --no-deps
+#        mypy, import-linter, uv, textual-serve (`specconsole web`), playwright (drives Debian's chromium in
+#        its tests)) and the build backend; then specconsole itself, editable, --no-deps
 #   pip (into ./.venv-sglang): exactly requirements/sglang-0.5.23.txt: sglang 0.5.23 with a pinned CPU
 #        set, --no-deps (its argument parser and resolution only: the lab's SGLang and the deploy's
 #        host check ask it)
@@ -22,6 +24,9 @@ command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v sudo >/dev/null 2>&1 || [ -x /usr/bin/sudo ] || need_apt+=(sudo)
 command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
 [ -x /usr/bin/prometheus ] || command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+# the browser tests of `specconsole web` (headless, driven by playwright; it downloads no browser)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf ] || need_apt+=(fonts-dejavu-core)
 PY=${PYTHON:-python3}
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -31,7 +36,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 else
-  echo "==> system packages present (openssh-server, tmux, sudo, prometheus)"
+  echo "==> system packages present (openssh-server, tmux, sudo, prometheus, chromium)"
 fi
 
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {

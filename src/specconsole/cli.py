@@ -304,7 +304,38 @@ def _console(args: argparse.Namespace) -> int:
 
     config = load_config(resolve_config_path(args.config))
     return run_console(config, read_only=args.read_only, theme=args.theme, no_audit=args.no_audit,
-                       leave_process=True)
+                       leave_process=True, web_session=args.web_session)
+
+
+def _web(args: argparse.Namespace) -> int:
+    """``web``: the console in a browser (textual-serve, imported only here), behind a launch token."""
+    from specconsole.config import load_config
+    from specconsole.web.access import Gate, is_loopback, new_token
+
+    path = resolve_config_path(args.config)
+    config = load_config(path)
+    if not is_loopback(args.bind) and not args.allow_remote:
+        raise SpecConsoleError(f"web: --bind {args.bind} listens beyond this machine; the console would be one "
+                               f"token away from anyone who can reach it (fix: keep 127.0.0.1 and use "
+                               f"`ssh -N -L {args.port}:127.0.0.1:{args.port} HOST`, or add --allow-remote)")
+    from specconsole.web.server import ConsoleServer, console_command, serve
+
+    def say(line: str) -> None:
+        print(f"specconsole web: {printable(line)}", flush=True)
+
+    if not is_loopback(args.bind):
+        say(f"warning: listening on {args.bind}:{args.port}, beyond this machine (--allow-remote): anyone who "
+            f"reaches it and has the token opens a console; the traffic is not encrypted")
+    read_only = not args.allow_actions or config.console.read_only
+    gate = Gate(new_token(), args.port, args.bind, args.public_url, args.max_sessions)
+    server = ConsoleServer(gate, console_command(path, allow_actions=not read_only),
+                           EventLog(config.console.audit_log), say, read_only=read_only)
+    try:
+        serve(server)
+    except OSError as err:  # the port is taken, the address is not this machine's
+        raise SpecConsoleError(f"web: cannot listen on {args.bind}:{args.port}: {err.strerror or err} "
+                               f"(fix: pick another --port)") from None
+    return 0
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -370,6 +401,10 @@ StatusTimeout = Annotated[float, num(ge=0, why="seconds to wait for the first sn
                                      example=15)]
 
 
+WebPort = Annotated[int, num(ge=1, le=65535, why="it is a TCP port", example=8000)]
+WebSessions = Annotated[int, num(ge=1, le=64, why="each session is a whole console process", example=4)]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specconsole", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"specconsole {__version__}")
@@ -379,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--theme", help="console: theme name (shipped, or from <config dir>/themes/; t cycles them)")
     p.add_argument("--no-audit", action="store_true",
                    help="console: allow kill and deploy when the audit log cannot be written (default: refused)")
+    # a session of `specconsole web` (its server adds it): a browser, not a tty, is the terminal
+    p.add_argument("--web-session", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     st = sub.add_parser("status", help="print one snapshot of every host and exit (1 if a host is unreachable)")
@@ -422,6 +459,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="act even when the audit log cannot be written (default: refuse, exit 3)")
     kt.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                     help="refuse (exit 3): read-only mode changes no host")
+
+    wb = sub.add_parser("web", help="serve the console to a browser (textual-serve) on 127.0.0.1, behind a "
+                                    "per-launch token; sessions are read-only unless --allow-actions")
+    wb.add_argument("--config", default=argparse.SUPPRESS, help="console config (TOML)")
+    wb.add_argument("--port", type=option_type(WebPort, "--port"), default=8000, help="TCP port (default 8000)")
+    wb.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1; reach it "
+                    "through `ssh -N -L PORT:127.0.0.1:PORT HOST`)")
+    wb.add_argument("--allow-remote", action="store_true",
+                    help="allow --bind to a non-loopback address (prints a warning)")
+    wb.add_argument("--allow-actions", action="store_true",
+                    help="sessions may kill and deploy (default: read-only, as --read-only)")
+    wb.add_argument("--max-sessions", type=option_type(WebSessions, "--max-sessions"), default=4,
+                    help="most browser sessions at once, each a console process (default 4)")
+    wb.add_argument("--public-url", help="the URL browsers use when it is not http://127.0.0.1:PORT (a reverse "
+                    "proxy's); its host is accepted as Host and Origin")
 
     dp = sub.add_parser("deploy", help="change SGLang's speculative algorithm and its settings (DFLASH window, "
                                        "DDTREE block size and tree budget), restart, verify, roll back")
@@ -511,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_kill_training(args))
         if args.command == "deploy":
             return asyncio.run(_deploy(args))
+        if args.command == "web":
+            return _web(args)
         return _console(args)
     except SpecConsoleError as err:
         _stderr(f"specconsole: {err}")

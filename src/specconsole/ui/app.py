@@ -455,13 +455,15 @@ class ConsoleApp(App[int]):
 
 def run_console(config: Config, *, read_only: bool, theme: str | None,
                 cleanup: Callable[[], None] | None = None, leave_process: bool = False,
-                no_audit: bool = False) -> int:
+                no_audit: bool = False, web_session: bool = False) -> int:
     """The ``specconsole`` command without a subcommand: run the console until q or a signal.
 
     Leaving takes at most the exit deadline (:mod:`specconsole.shutdown`); a forced exit runs
     ``cleanup`` first. ``leave_process``: once the console has stopped (terminal restored,
     monitors stopped, children gone), end the process right away instead of waiting for the
     interpreter's teardown of every object (seconds at many hosts on a busy machine).
+    ``web_session``: a browser's session of ``specconsole web`` (textual-serve's web driver is the
+    terminal; the flight recorder is left to the operator's own console: one writer per file).
     """
     themes = load_themes()
     names = themes.names or ["textual-dark", "textual-light"]
@@ -469,13 +471,13 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
         print(f"specconsole: --theme {theme}: no such theme (themes: {', '.join(names)}); "
               f"add {paths.config_dir() / 'themes' / theme}.toml or pick one of those", file=sys.stderr)
         return 2
-    if not sys.stdout.isatty() or not sys.stdin.isatty():
+    if not web_session and (not sys.stdout.isatty() or not sys.stdin.isatty()):
         print("specconsole: the console needs a terminal; for a headless snapshot use "
               "`specconsole status` (or `status --watch`)", file=sys.stderr)
         return 2
     app = ConsoleApp(config, read_only=read_only, theme=theme, themes=themes, handle_signals=True,
                      no_audit=no_audit)
-    recorder = _start_recorder(app)
+    recorder = None if web_session else _start_recorder(app)
     guard = app.exit_guard
     assert guard is not None
     guard.cleanup = cleanup
