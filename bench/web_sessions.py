@@ -17,7 +17,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from _tools import TICK, cpu_s, missing  # bench/_tools.py (scripts run from bench/)
 
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.lab_state import free_port
 
 TMUX = ["tmux", "-L", f"specconsole-bench-{os.getpid()}", "-f", "/dev/null"]
 
@@ -148,9 +148,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-bench-"))
     lab = Lab(tmp / "lab" / "state", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0))
     lab.up()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     server: subprocess.Popen[str] | None = None
     try:
         time.sleep(8)  # the trainer's first steps, SGLang loaded

@@ -12,7 +12,6 @@ import importlib.metadata
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from conftest import wait_for
 from specconsole import dependency_warnings
+from specconsole.lab.lab_state import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 WARNED = "CryptographyDeprecationWarning: DSA is deprecated"
@@ -44,12 +44,6 @@ def test_this_environment_is_the_lock_with_the_cryptography_that_warns() -> None
     assert (major, minor) >= (51, 0), "the lock's cryptography predates the release that deprecated DSA"
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def config(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A config whose one host (train and serve) refuses SSH connections, and an environment with
@@ -65,7 +59,7 @@ name = "gpu-1"
 role = "both"
 connect = "ssh"
 host = "127.0.0.1"
-port = {closed_port()}
+port = {free_port()}  # nothing listens there
 user = "ops"
 [hosts.sglang]
 unit = "sglang.service"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ import pytest
 
 from conftest import wait_for
 from specconsole.lab.environment import Lab
+from specconsole.lab.lab_state import free_port
 from specconsole.web.access import Gate, is_loopback
 
 CHROMIUM = "/usr/bin/chromium"
@@ -59,12 +59,6 @@ def test_the_gate_lets_in_only_the_token_the_served_names_and_their_own_origin()
 
 
 # --- the server ------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @dataclass
 class WebServer:
