@@ -64,7 +64,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 want=$(lock_id requirements/dev.txt)
 if [ "$(cat .venv/.specconsole-lock 2>/dev/null)" != "$want" ]; then
-  echo "==> pip install --require-hashes -r requirements/dev.txt into .venv ($(grep -cE '^[A-Za-z0-9_.-]+==' \
+  echo "==> pip install --require-hashes -r requirements/dev.txt into .venv ($(grep -cE '^[A-Za-z0-9_.-]+(\[[^]]*\])?==' \
 requirements/dev.txt) locked packages), then specconsole itself (-e . --no-deps)"
   rm -f .venv/.specconsole-lock
   pip_locked .venv requirements/dev.txt
@@ -92,7 +92,7 @@ want=$(lock_id requirements/sglang-0.5.23.txt)
 if [ "$(cat "$SGL/.specconsole-lock" 2>/dev/null)" != "$want" ] \
     || ! "$SGL/bin/python" -c 'import sglang, torch' >/dev/null 2>&1; then
   echo "==> creating $SGL: pip install --require-hashes --no-deps -r requirements/sglang-0.5.23.txt" \
-       "($(grep -cE '^[A-Za-z0-9_.-]+==' requirements/sglang-0.5.23.txt) locked packages: sglang 0.5.23, torch CPU)"
+       "($(grep -cE '^[A-Za-z0-9_.-]+(\[[^]]*\])?==' requirements/sglang-0.5.23.txt) locked packages: sglang 0.5.23, torch CPU)"
   rm -rf "$SGL"
   "$PY" -m venv "$SGL"
   pip_locked "$SGL" requirements/sglang-0.5.23.txt

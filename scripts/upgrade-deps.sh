@@ -81,7 +81,7 @@ for lock in map(pathlib.Path, locks):
 PY
 
 echo "==> what changed"
-pins() { grep -E '^[A-Za-z0-9_.-]+==' "$1" 2>/dev/null | sed 's/ .*//' | sort; }
+pins() { grep -E '^[A-Za-z0-9_.-]+(\[[^]]*\])?==' "$1" 2>/dev/null | sed 's/ .*//' | sort; }
 changed=0
 for f in requirements/*.txt; do
   delta=$(diff <(pins "$before/$(basename "$f")") <(pins "$f") | sed -n 's/^\([<>]\) /\1 /p') || true
