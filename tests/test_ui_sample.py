@@ -98,6 +98,12 @@ async def check_read_only(app: ConsoleApp) -> None:
         await pilot.press("k", "d")
         await pilot.pause()  # the keys handled: no dialog opens
         assert not isinstance(app.screen, ConfirmScreen)
+        await wait_for(lambda: [line for line in app.query_one(EventsPane).lines if "removed in read-only mode" in line
+                                and ("kill training: unavailable" in line or "deploy: unavailable" in line)], 10,
+                       what="the keys' refusals in the events pane", pilot=pilot)
+        said = [line for line in app.query_one(EventsPane).lines if "removed in read-only mode" in line]
+        assert any("kill training: unavailable" in line for line in said)  # k says why, not nothing
+        assert any("unavailable" in line and "deploy" in line.lower() for line in said), said
         app.trigger_action("kill_training")  # the palette path: refused with a reason
         await wait_for(lambda: any("kill training: unavailable: removed in read-only mode" in line
                                    for line in app.query_one(EventsPane).lines), 10,

@@ -166,9 +166,11 @@ def test_a_browser_shows_the_console_on_the_lab_read_only(lab: Lab, web: WebServ
     text = seen["text"]
     footer = text.splitlines()[-1]
     assert "Help" in footer and "Kill training" not in footer and "Deploy" not in footer, footer
+    page.focus(".xterm-helper-textarea")  # type: ignore[attr-defined]  # where xterm.js takes keys (no click)
     page.keyboard.press("k")  # type: ignore[attr-defined]
-    page.keyboard.press("d")  # type: ignore[attr-defined]
-    page.wait_for_timeout(1500)  # type: ignore[attr-defined]
+    # the read-only refusal, in the console's own words (its events pane), read from the page
+    assert wait_for(lambda: "kill training: unavailable: removed in read-only mode" in terminal_text(page), 30,
+                    step=0.3), terminal_text(page)
     after = terminal_text(page)
     assert "Cancel" not in after and "kill plan" not in after.lower(), after  # no confirm, no form
     assert "read-only" in web.output() and "web-1 opened from 127.0.0.1" in web.output(), web.output()
@@ -245,6 +247,11 @@ def test_allow_actions_gives_the_browser_kill_and_deploy(lab: Lab, browser: obje
         footer = seen["text"].splitlines()[-1]
         assert "Kill training" in footer and "Deploy" in footer, footer
         assert "actions allowed (--allow-actions)" in web.output()
+        page.focus(".xterm-helper-textarea")  # type: ignore[attr-defined]
+        page.keyboard.press("k")  # type: ignore[attr-defined]  # the kill plan, Cancel focused; escape leaves it
+        assert wait_for(lambda: "Cancel" in terminal_text(page), 60, step=0.3), terminal_text(page)
+        page.keyboard.press("Escape")  # type: ignore[attr-defined]
+        assert wait_for(lambda: "Cancel" not in terminal_text(page), 30, step=0.3), terminal_text(page)
         page.close()  # type: ignore[attr-defined]
     finally:
         stop_web(web)

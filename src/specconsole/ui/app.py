@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rich.console import Console
+from textual import events as textual_events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
@@ -380,6 +381,16 @@ class ConsoleApp(App[int]):
         if isinstance(self.screen, ModalScreen) and action not in ("command_palette", "quit"):
             return False
         return True if self.unavailable_reason(action) is None else None
+
+    def on_key(self, event: textual_events.Key) -> None:
+        """The key of an action read-only mode removed says why (the palette's one line), not nothing:
+        in a browser session of ``specconsole web`` (read-only by default) ``k`` is not silent."""
+        if isinstance(self.screen, ModalScreen):
+            return
+        spec = next((s for s in self.key_plan.removed if s.key == event.key), None)
+        if spec is not None:
+            event.stop()
+            self.trigger_action(spec.id)
 
     def trigger_action(self, action_id: str) -> None:
         """Run a registry action by id (the palette uses this), saying why when it cannot run."""
