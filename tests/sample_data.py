@@ -133,7 +133,7 @@ def seed_history(history: History, now: float = FROZEN_NOW, points: int = 240) -
 
 def sample_deploy_events(now: float = FROZEN_NOW) -> list[Any]:
     """A deploy caught mid-restart: a fixed step list for the action view's snapshots."""
-    from specconsole.actions.steps import StepEvent
+    from specconsole.steps import StepEvent
 
     t0 = now - 14.2
     rows: list[tuple[float, str, str, str, dict[str, Any]]] = [

@@ -17,9 +17,9 @@ import pytest
 import sample_data as sd
 from alert_receiver import Receiver
 from conftest import wait_for
+from specconsole.alert_rules.rules import DEFAULT_RULES, Alerting
 from specconsole.alerts.delivery import AlertDelivery, TmuxNotifier, WebhookSender
 from specconsole.alerts.engine import AlertEngine
-from specconsole.alerts.rules import DEFAULT_RULES, Alerting
 from specconsole.events import EventLog
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample

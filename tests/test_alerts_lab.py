@@ -144,7 +144,7 @@ sys.path.insert(0, {tests!r})
 import sample_data as sd
 from specconsole.alerts.delivery import AlertDelivery
 from specconsole.alerts.engine import AlertEngine
-from specconsole.alerts.rules import AlertRule, Alerting
+from specconsole.alert_rules.rules import AlertRule, Alerting
 from specconsole.events import EventLog
 from specconsole.samples import Sample
 

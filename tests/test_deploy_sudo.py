@@ -24,11 +24,11 @@ import pytest
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.actions.deploy_execute import _launch_command
 from specconsole.actions.privilege import alive_argv, sudoers_rule
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import HostConfig, load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab import sudo_user
 from specconsole.lab.environment import Lab, LabOptions
+from specconsole.steps import StepEvent, Steps
 from test_deploy import server_info, wait_healthy
 from test_deploy_faults import _agent_python_that_drops
 

@@ -15,10 +15,10 @@ import pytest
 from conftest import running_lab
 from specconsole.actions import host_check
 from specconsole.actions.deploy import DeployRefused, DeployRequest, preflight
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.hosts import CommandResult
 from specconsole.lab.environment import Lab, LabOptions, write_draft_model
 from specconsole.sglang.unit import parse_unit
+from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, unit_digest, wait_healthy
 
 pytestmark = pytest.mark.xdist_group("host-check-lab")  # its module lab: one per run, not one per worker

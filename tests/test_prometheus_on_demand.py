@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions.kill import process_table
 from specconsole.actions.on_demand import connect_on_demand
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
 from specconsole.hosts import ConnState
 from specconsole.lab import prom_fleet
 from specconsole.lab.environment import Lab, LabOptions, console_and_ssh, toml_str
 from specconsole.monitor import Fleet
+from specconsole.process_tree import process_table
 from specconsole.report import status_json, status_text
+from specconsole.steps import StepEvent, Steps
 from specconsole.ui.format import badge
 
 pytestmark = pytest.mark.lab

@@ -21,7 +21,6 @@ import pytest
 from conftest import running_lab, wait_for
 from specconsole.actions.deploy import DeployRequest, execute, preflight
 from specconsole.actions.kill import find_job, kill_job
-from specconsole.actions.steps import StepEvent, Steps, audit
 from specconsole.cli import main
 from specconsole.config import load_config
 from specconsole.lab.environment import Lab, LabOptions
@@ -29,6 +28,7 @@ from specconsole.lab.procs import children
 from specconsole.monitor import Fleet
 from specconsole.recorder.recorder import start_recording
 from specconsole.recorder.recording import Recording
+from specconsole.steps import StepEvent, Steps, audit
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.replay import ReplayApp, ReplayFleet, replay_config
 from specconsole.ui.themes import BUNDLED_DIR, load_themes

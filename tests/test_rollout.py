@@ -22,13 +22,14 @@ import pytest
 from conftest import running_lab, wait_for
 from specconsole.actions import rollout
 from specconsole.actions.deploy import DeployRequest
-from specconsole.actions.steps import StepEvent
 from specconsole.config import load_config
+from specconsole.eval.suite import gate_prompts
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab import serve_fleet
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.lab.router_load import RouterLoad
 from specconsole.lab.serving_unit import WEAK_DRAFT_MODEL
+from specconsole.steps import StepEvent
 
 pytestmark = pytest.mark.xdist_group("rollout-lab")  # one 3-replica lab for the module
 NAMES = ["serve", "serve2", "serve3"]
@@ -77,7 +78,7 @@ async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent
     config = load_config(lab.config_path)
     chosen = rollout.select(config, "serve*")
     opts = rollout.options(config, request, gate=gate, canary_wait_s=canary_wait_s, drain_timeout_s=drain_timeout_s,
-                           operator="test")
+                           operator="test", gate_prompts=gate_prompts)
     hosts = [SshHost(c) for c in chosen]
     events: list[StepEvent] = []
     abort = asyncio.Event()

@@ -18,9 +18,9 @@ from textual.widgets import Button, Input, Select, Static
 import sample_data as sd
 from conftest import wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import parse_config
 from specconsole.lab.lab_state import free_port
+from specconsole.steps import StepEvent, Steps
 from specconsole.ui.action_view import ActionPanel, ActionTrack
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.deploy_screen import DeployForm, algorithm_choices

@@ -13,7 +13,7 @@ from fleet_sample import fixed_fleet, fleet_config
 from specconsole.actions.gate import Figures
 from specconsole.actions.rollout import Replica
 from specconsole.actions.rollout_board import Board
-from specconsole.actions.steps import StepEvent
+from specconsole.steps import StepEvent
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.fleet_view import FleetTable

@@ -23,12 +23,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from specconsole.actions.steps import Steps
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.sglang.flags import CONCEPTS, SglangCli
 from specconsole.sglang.info import BLOCK_ALGORITHMS
 from specconsole.sglang.unit import SPECIFIER, UnitError, check_unit_value, show_word
+from specconsole.steps import Steps
 
 #: Where the DDTree flags come from, for the refusal on an SGLang without them.
 DDTREE_SOURCE = "sgl-project/sglang PR #29907"

@@ -2,7 +2,7 @@
 
 The simulator serves SGLang's HTTP protocol, but whether it starts, and the settings it reports
 on ``/server_info``, come from real SGLang 0.5.23: its parser and resolution pipeline
-(:mod:`specconsole.sglang.argcheck`, the same check the deploy runs on a serving host), run by
+(:mod:`specconsole.remote.argcheck`, the same check the deploy runs on a serving host), run by
 the Python of ``.venv-sglang`` (``scripts/setup.sh`` builds it).
 
 Importing SGLang takes seconds (torch), so a lab runs one warm judge: ``PYTHON sglang_judge.py
@@ -37,7 +37,7 @@ SOCKET_ENV = "SGLANG_SIM_JUDGE"
 JUDGE_START_WAIT_S = 90.0
 #: Where to find ``.venv-sglang``'s Python when the lab is not told.
 SGLANG_PYTHON_ENV = "SPECCONSOLE_SGLANG_PYTHON"
-_ARGCHECK = Path(__file__).resolve().parents[1] / "sglang" / "argcheck.py"
+_ARGCHECK = Path(__file__).resolve().parents[1] / "remote" / "argcheck.py"
 MARK = "specconsole-argcheck "
 
 

@@ -1,6 +1,6 @@
 """The action view: a panel docked above the footer whenever an action runs (kill, deploy, eval).
 
-It shows the live step list built from the action's :class:`~specconsole.actions.steps.StepEvent`
+It shows the live step list built from the action's :class:`~specconsole.steps.StepEvent`
 stream (one line per step: mark, name, elapsed, the step's latest command and outcome), the latest
 heartbeat (what is being waited for, what was last seen), and one last line saying what state the
 host is in now. It stays on screen after the action ends until the operator closes it (escape);
@@ -20,7 +20,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from specconsole.actions.rollout_board import Board
-from specconsole.actions.steps import StepEvent
+from specconsole.steps import StepEvent
 from specconsole.ui.format import escape
 
 #: Step marks: readable without colour.

@@ -19,7 +19,7 @@ from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 
-from specconsole.actions.steps import Emit, StepEvent, audit
+from specconsole.steps import Emit, StepEvent, audit
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.checkpoints_pane import selected_checkpoint
 from specconsole.ui.context import find

@@ -24,12 +24,12 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
 from specconsole.actions.deploy import DeployPlan, DeployRequest
-from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.samples import Sample
 from specconsole.sources.sglang import SglangSnapshot
+from specconsole.steps import Steps
 from specconsole.ui.format import escape
 
 #: The window the wizard proposes when the deployment has none: the usual DFlash block size.

@@ -36,7 +36,6 @@ from textual.message import Message
 from textual.widgets import DataTable, RichLog, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from specconsole.actions.steps import StepEvent
 from specconsole.errors import SpecConsoleError
 from specconsole.eval.compare import (
     FAILED,
@@ -51,6 +50,7 @@ from specconsole.eval.compare import (
     overview,
 )
 from specconsole.eval.store import METRICS, EvalRun, ResultStore, TaskResult
+from specconsole.steps import StepEvent
 from specconsole.ui.format import escape
 from specconsole.ui.run_detail import RunDetail
 

@@ -18,21 +18,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from specconsole.actions.on_demand import connect_on_demand
-from specconsole.actions.steps import Steps, audit, require_audit
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import ConnState
+from specconsole.steps import Steps, audit, require_audit
 
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
     from textual.screen import Screen
 
     from specconsole.actions.deploy import DeployPlan, DeployRequest
-    from specconsole.actions.steps import StepEvent
     from specconsole.config import Config, HostConfig
     from specconsole.events import EventLog
     from specconsole.hosts import Host
     from specconsole.monitor import HostStatus
     from specconsole.sources.checkpoints import Checkpoint
+    from specconsole.steps import StepEvent
     from specconsole.ui.action_view import ActionPanel, ActionTrack
 
 T = TypeVar("T")

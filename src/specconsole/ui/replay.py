@@ -23,7 +23,6 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.widgets import Static
 
-from specconsole.actions.steps import StepEvent
 from specconsole.config import Config, parse_config
 from specconsole.errors import ConfigError
 from specconsole.events import Event, EventLog
@@ -31,6 +30,7 @@ from specconsole.hosts import Host
 from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 from specconsole.recorder.recording import Recording
 from specconsole.recorder.records import FleetState, step_fields
+from specconsole.steps import StepEvent
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.app_alerts import ConsoleAlerts
 from specconsole.ui.history import History

@@ -12,8 +12,8 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from specconsole.actions.on_demand import connect_on_demand
-from specconsole.actions.steps import Steps, audit
 from specconsole.errors import SpecConsoleError
+from specconsole.steps import Steps, audit
 
 if TYPE_CHECKING:
     from specconsole.ui.flows import FlowContext
@@ -27,6 +27,7 @@ def _say(app: FlowContext, message: str) -> None:
 async def rollout_flow(app: FlowContext) -> None:
     from specconsole.actions import rollout
     from specconsole.actions.rollout_board import Board
+    from specconsole.eval.suite import gate_prompts
     from specconsole.ui.deploy_screen import prefill
     from specconsole.ui.flows import _audited, ask_deploy_form
     from specconsole.ui.plan_screen import PlanScreen
@@ -69,7 +70,7 @@ async def rollout_flow(app: FlowContext) -> None:
     steps.resume()
     try:
         opts = rollout.options(app.config, request, gate=None, canary_wait_s=None, drain_timeout_s=None,
-                               operator="console")
+                               operator="console", gate_prompts=gate_prompts)
         replicas = [rollout.Replica(cfg, host) for cfg, host in zip(chosen, hosts, strict=True) if host is not None]
         board = Board(replicas)
         panel.board = board

@@ -1,6 +1,6 @@
 """Alert rules: the ``[[alerts]]`` tables, the shipped defaults, and how the two are merged.
 
-A rule is a condition (:mod:`specconsole.alerts.expr`) over one host's figures
+A rule is a condition (:mod:`specconsole.alert_rules.expr`) over one host's figures
 (:mod:`specconsole.alerts.figures`) that must hold for ``for_s`` seconds. The shipped rules
 (:data:`DEFAULT_RULES`) are on unless ``[alerting] defaults = false``; an ``[[alerts]]`` table
 with a shipped rule's name changes only what it sets (``for_s = 30``, ``enabled = false``), one
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
-from specconsole.alerts.expr import Condition, ExprError, parse
-from specconsole.alerts.names import FIGURES
+from specconsole.alert_rules.expr import Condition, ExprError, parse
+from specconsole.alert_rules.names import FIGURES
 from specconsole.validation import Invalid, Text, num, text
 
 AlertLevel = Literal["warning", "error"]

@@ -1,6 +1,6 @@
 """How the deploy agent watches the service come up: standard library only.
 
-Part of the host agent (:mod:`specconsole.actions.deploy_agent`): the console uploads this file
+Part of the host agent (:mod:`specconsole.remote.deploy_agent`): the console uploads this file
 next to ``agent.py`` in the deploy's work folder, and the agent imports it from there. It holds
 the waiting tools: an HTTP request with a *total* deadline, a thread that polls a function, and
 :class:`UnitWatch`, which follows a restarting unit's journal and state and says when its new

@@ -1,6 +1,7 @@
-"""The figures' names: what a condition may read (:mod:`.figures` computes them from a host's status).
+"""The figures' names: what a condition may read (:mod:`specconsole.alerts.figures` computes them
+from a host's status).
 
-Apart from :mod:`.figures` so that the config (through :mod:`.rules`) can check a condition's
+Apart from the figures so that the config (through :mod:`.rules`) can check a condition's
 names without importing the monitor and its sources.
 """
 

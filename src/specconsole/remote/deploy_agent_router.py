@@ -35,12 +35,12 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:
-    from specconsole.actions.deploy_agent_watch import http_request
+    from specconsole.remote.deploy_agent_watch import http_request
 else:  # on the host, beside agent.py
     from deploy_agent_watch import http_request
 
 if TYPE_CHECKING:
-    from specconsole.actions.deploy_agent import Agent
+    from specconsole.remote.deploy_agent import Agent
 
 HEARTBEAT_S = 0.5
 #: how long the router may take to process a queued worker removal or addition

@@ -20,8 +20,8 @@ so the console may start it again after a dropped connection. The agent keeps th
 KEEP_WORKDIRS deploy folders under ``.specconsole/`` and removes older ones.
 
 The agent is three files, uploaded together into the deploy's work folder: this one (as
-``agent.py``), :mod:`specconsole.actions.deploy_agent_watch` and
-:mod:`specconsole.actions.deploy_agent_router` (under their own names), which it imports as
+``agent.py``), :mod:`specconsole.remote.deploy_agent_watch` and
+:mod:`specconsole.remote.deploy_agent_router` (under their own names), which it imports as
 siblings there (a script's folder is on ``sys.path``) and from the package here. A rollout's plan
 has a ``router`` section: the agent then also takes the replica out of the router and drains it
 before the change, holds it for the gate's verdict and puts it back (deploy_agent_router).
@@ -45,8 +45,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # imported from the package (the console, the tests)
-    from specconsole.actions.deploy_agent_router import RouterLink
-    from specconsole.actions.deploy_agent_watch import Poller, UnitWatch, cursor_command, http_request, journal_cursor
+    from specconsole.remote.deploy_agent_router import RouterLink
+    from specconsole.remote.deploy_agent_watch import Poller, UnitWatch, cursor_command, http_request, journal_cursor
 else:  # run on the host as agent.py: its sibling files in the same work folder
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under -P / PYTHONSAFEPATH
     sys.dont_write_bytecode = True  # leave no __pycache__ (root's, under sudo) in the work folder
