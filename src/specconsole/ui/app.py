@@ -18,7 +18,7 @@ Structure:
   and the choice is remembered in ``console.state_dir``.
 - the app is made of parts that take only what they use: ``actions``
   (:class:`~specconsole.ui.app_actions.ConsoleActions`: the action view, the flows each
-  :class:`~specconsole.ui.registry.ActionSpec` carries, the eval run), ``leaving``
+  :class:`~specconsole.ui.registry.ActionSpec` names, the eval run), ``leaving``
   (:class:`~specconsole.ui.app_leaving.Leaving`: ``q``, signals, the terminal going away) and
   ``fleet_nav`` (:class:`~specconsole.ui.fleet_view.FleetNavigator`: fleet view or host panes);
   the app's methods for Textual's keys, messages and hooks hand over to them.

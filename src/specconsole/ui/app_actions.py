@@ -3,7 +3,7 @@
 :class:`ConsoleActions` is held by :class:`~specconsole.ui.app.ConsoleApp` (``app.actions``):
 :meth:`~ConsoleActions.open` and :meth:`~ConsoleActions.emit` feed the action view
 (:class:`~specconsole.ui.action_view.ActionPanel`); :meth:`~ConsoleActions.start` runs the flow an
-:class:`~specconsole.ui.registry.ActionSpec` carries (:mod:`specconsole.ui.flows`), one at a time,
+:class:`~specconsole.ui.registry.ActionSpec` names (``FLOWS``, :mod:`specconsole.ui.flows_by_id`), one at a time,
 handing it this object as its :class:`~specconsole.ui.flows.FlowContext`.
 """
 
@@ -25,6 +25,7 @@ from specconsole.ui.checkpoints_pane import selected_checkpoint
 from specconsole.ui.context import find
 from specconsole.ui.eval_pane import EvalPane, OnResult
 from specconsole.ui.flows import serving_state
+from specconsole.ui.flows_by_id import FLOWS
 from specconsole.ui.registry import BY_ID
 from specconsole.ui.screens import ConfirmScreen
 
@@ -202,8 +203,8 @@ class ConsoleActions:
             self.notify(f"{BY_ID[self.running].description} is still running", severity="warning")
             return
         spec = BY_ID[action_id]
-        flow = spec.flow
-        assert flow is not None, f"{action_id} has no flow"
+        assert spec.flow is not None, f"{action_id} has no flow"
+        flow = FLOWS[spec.flow]
         self.running = action_id
 
         async def run() -> None:
