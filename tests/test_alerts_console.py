@@ -24,7 +24,7 @@ from specconsole.events import EventLog
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
 from specconsole.ui.app import ConsoleApp
-from specconsole.ui.panes import SummaryBar
+from specconsole.ui.summary_bar import SummaryBar
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)

@@ -17,7 +17,7 @@ from specconsole.ui import format as fmt
 from specconsole.ui.fleet_rows import DerivedCache, fleet_row
 from specconsole.ui.fleet_view import FleetView
 from specconsole.ui.history import History
-from specconsole.ui.panes import View
+from specconsole.ui.pane_base import View
 
 
 def _with_gpus(status: HostStatus, utils: list[float], at: float) -> HostStatus:

@@ -23,8 +23,10 @@ from specconsole.samples import Sample
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.fleet_rows import SORTS, DerivedCache, fit_columns, fleet_row, order
 from specconsole.ui.fleet_view import FleetTable, FleetView
-from specconsole.ui.panes import HostPane, ServingPane, TrainingPane
+from specconsole.ui.host_pane import HostPane
+from specconsole.ui.serving_pane import ServingPane
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.training_pane import TrainingPane
 
 pytestmark = pytest.mark.timeout(120)
 NOW = sd.FROZEN_NOW

@@ -317,7 +317,7 @@ async def test_console_plots_start_with_prometheus_history(
     """The TUI reading through Prometheus: GPU rows of every host, plots seeded from query_range
     with the scrapes from before the console started."""
     from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.panes import HostPane
+    from specconsole.ui.host_pane import HostPane
     from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
     lab, sim_url = prom_lab

@@ -15,8 +15,9 @@ from specconsole.samples import Sample
 from specconsole.sources.sglang import ServerState, SglangSnapshot
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.fleet_rows import DerivedCache, fleet_row
-from specconsole.ui.panes import ServingPane, SummaryBar
 from specconsole.ui.provider import FixedStatuses
+from specconsole.ui.serving_pane import ServingPane
+from specconsole.ui.summary_bar import SummaryBar
 from specconsole.ui.text_block import TextBlock
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 

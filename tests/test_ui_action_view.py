@@ -24,7 +24,7 @@ from specconsole.steps import StepEvent, Steps
 from specconsole.ui.action_view import ActionPanel, ActionTrack
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.deploy_screen import DeployForm, algorithm_choices
-from specconsole.ui.panes import EventList
+from specconsole.ui.events_pane import EventList
 from specconsole.ui.plan_screen import PlanScreen, flag_rows
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 

@@ -18,10 +18,10 @@ from specconsole.config import load_config
 from specconsole.lab.environment import Lab, LabOptions
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.app import ConsoleApp
+from specconsole.ui.confirm_screen import ConfirmScreen
 from specconsole.ui.deploy_screen import DeployForm
-from specconsole.ui.panes import EventsPane
+from specconsole.ui.events_pane import EventsPane
 from specconsole.ui.plan_screen import PlanScreen
-from specconsole.ui.screens import ConfirmScreen
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(240)

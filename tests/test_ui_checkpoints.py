@@ -22,7 +22,7 @@ from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.checkpoints_pane import CheckpointTable
 from specconsole.ui.deploy_screen import DeployForm
-from specconsole.ui.panes import EventsPane
+from specconsole.ui.events_pane import EventsPane
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(180)

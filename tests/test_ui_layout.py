@@ -17,7 +17,8 @@ import pytest
 import sample_data as sd
 from specconsole.ui.app import ConsoleApp
 from specconsole.ui.eval_pane import EvalPane
-from specconsole.ui.panes import EventsPane, HostPane
+from specconsole.ui.events_pane import EventsPane
+from specconsole.ui.host_pane import HostPane
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,8 +16,11 @@ from conftest import wait_for
 from specconsole.config import Config, load_config
 from specconsole.lab.environment import Lab
 from specconsole.ui.app import ConsoleApp
-from specconsole.ui.panes import HostPane, ServingPane, SummaryBar, TrainingPane
+from specconsole.ui.host_pane import HostPane
+from specconsole.ui.serving_pane import ServingPane
+from specconsole.ui.summary_bar import SummaryBar
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.training_pane import TrainingPane
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,7 +14,8 @@ import pytest
 from conftest import wait_for
 from specconsole.lab.environment import Lab
 from specconsole.ui.app import ConsoleApp
-from specconsole.ui.panes import EventsPane, TrainingPane
+from specconsole.ui.events_pane import EventsPane
+from specconsole.ui.training_pane import TrainingPane
 from test_ui_live import host_pane, lab_config, make_app
 
 pytestmark = pytest.mark.timeout(180)

@@ -14,10 +14,12 @@ import pytest
 import sample_data as sd
 from conftest import wait_for
 from specconsole.ui.app import ConsoleApp
+from specconsole.ui.confirm_screen import ConfirmScreen
+from specconsole.ui.events_pane import EventsPane
+from specconsole.ui.host_pane import HostPane
 from specconsole.ui.palette import ActionsProvider
-from specconsole.ui.panes import EventsPane, HostPane
 from specconsole.ui.registry import REGISTRY, key_display
-from specconsole.ui.screens import ConfirmScreen, HelpScreen
+from specconsole.ui.screens import HelpScreen
 from specconsole.ui.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)

@@ -22,7 +22,7 @@ Structure:
   (:class:`~specconsole.ui.app_leaving.Leaving`: ``q``, signals, the terminal going away) and
   ``fleet_nav`` (:class:`~specconsole.ui.fleet_view.FleetNavigator`: fleet view or host panes);
   the app's methods for Textual's keys, messages and hooks hand over to them.
-- the per-host panes come from one registry (:data:`specconsole.ui.panes.PER_HOST_PANES`).
+- the per-host panes come from one registry (:data:`specconsole.ui.per_host.PER_HOST_PANES`).
 """
 
 from __future__ import annotations
@@ -60,15 +60,17 @@ from specconsole.ui.app_actions import ConsoleActions
 from specconsole.ui.app_alerts import ConsoleAlerts
 from specconsole.ui.app_leaving import Leaving
 from specconsole.ui.eval_pane import EvalPane
+from specconsole.ui.events_pane import EventList, EventsPane
 from specconsole.ui.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.format import Palette
 from specconsole.ui.history import History
 from specconsole.ui.palette import ActionsProvider
 from specconsole.ui.pane_base import PerHostPane, View
-from specconsole.ui.panes import EventList, EventsPane, SummaryBar, per_host_panes
+from specconsole.ui.per_host import per_host_panes
 from specconsole.ui.provider import StatusProvider
 from specconsole.ui.registry import BY_ID, REGISTRY, ActionSpec, KeyPlan, keymap, plan_keys, registry_bindings
 from specconsole.ui.screens import HelpScreen
+from specconsole.ui.summary_bar import SummaryBar
 from specconsole.ui.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
 
 if TYPE_CHECKING:

@@ -22,12 +22,12 @@ from textual.widget import Widget
 from specconsole.steps import Emit, StepEvent, audit
 from specconsole.ui.action_view import ActionPanel
 from specconsole.ui.checkpoints_pane import selected_checkpoint
+from specconsole.ui.confirm_screen import ConfirmScreen
 from specconsole.ui.context import find
 from specconsole.ui.eval_pane import EvalPane, OnResult
 from specconsole.ui.flows import serving_state
 from specconsole.ui.flows_by_id import FLOWS
 from specconsole.ui.registry import BY_ID
-from specconsole.ui.screens import ConfirmScreen
 
 if TYPE_CHECKING:
     from specconsole.config import Config

@@ -46,7 +46,7 @@ from specconsole.ui.fleet_rows import (
     summary_text,
 )
 from specconsole.ui.pane_base import PerHostPane, View
-from specconsole.ui.panes import per_host_panes
+from specconsole.ui.per_host import per_host_panes
 from specconsole.ui.text_block import TextBlock
 from specconsole.values import printable
 

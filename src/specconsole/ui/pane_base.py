@@ -1,5 +1,5 @@
 """What every pane shares: the :class:`View` a redraw passes, and :class:`PerHostPane`, the base of
-the panes about one host (their registry is :data:`specconsole.ui.panes.PER_HOST_PANES`)."""
+the panes about one host (their registry is :data:`specconsole.ui.per_host.PER_HOST_PANES`)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from textual.widgets import Collapsible, Static
 
 from specconsole.actions.deploy import DeployPlan
 from specconsole.actions.deploy_plan import resolved_summary
+from specconsole.ui.confirm_screen import ConfirmScreen
 from specconsole.ui.format import escape
-from specconsole.ui.screens import ConfirmScreen
 
 VALUE_WIDTH = 22
 

@@ -9,28 +9,17 @@ shown: the baseline is always zero, so a drop reads as a drop.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.binding import Binding
 from textual.strip import Strip
 from textual.widget import Widget
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 MISSING = "·"
 
-
-#: The scroll keys of a scrollable part, as (key, scroll action, description).
-SCROLL_KEYS = (("up", "scroll_up", "Up"), ("down", "scroll_down", "Down"), ("pageup", "page_up", "Page up"),
-               ("pagedown", "page_down", "Page down"), ("home", "scroll_home", "Top"), ("end", "scroll_end", "Bottom"))
-
-
-def scroll_bindings(action: Callable[[str], str] = str) -> list[Binding]:
-    """Hidden bindings of the scroll keys; ``action`` wraps each scroll action's name (e.g. to
-    scroll a child: ``lambda a: f"scroll_body('{a}')"``)."""
-    return [Binding(key, action(name), description, show=False) for key, name, description in SCROLL_KEYS]
 
 
 def bar_rows(values: Sequence[float | None], width: int, height: int, maximum: float | None,
