@@ -23,9 +23,9 @@ from specconsole.alerts.engine import AlertEngine
 from specconsole.events import EventLog
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.summary_bar import SummaryBar
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.fleet.summary_bar import SummaryBar
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
 NAN_RULE = [r for r in DEFAULT_RULES if r.name == "loss-not-finite"]

@@ -20,13 +20,13 @@ from specconsole.config import parse_config
 from specconsole.errors import ConfigError
 from specconsole.freshness import FRESH_BELOW, STALE_AFTER, Staleness, stale_next
 from specconsole.samples import Sample
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.fleet_rows import SORTS, DerivedCache, fit_columns, fleet_row, order
-from specconsole.ui.fleet_view import FleetTable, FleetView
-from specconsole.ui.host_pane import HostPane
-from specconsole.ui.serving_pane import ServingPane
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
-from specconsole.ui.training_pane import TrainingPane
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.fleet.fleet_rows import SORTS, DerivedCache, fit_columns, fleet_row, order
+from specconsole.ui.fleet.fleet_view import FleetTable, FleetView
+from specconsole.ui.panes.host_pane import HostPane
+from specconsole.ui.panes.serving_pane import ServingPane
+from specconsole.ui.panes.training_pane import TrainingPane
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(120)
 NOW = sd.FROZEN_NOW

@@ -14,7 +14,7 @@ from specconsole import paths
 from specconsole.config import ConsoleSettings, default_config_path
 from specconsole.eval.store import default_results_dir
 from specconsole.eval.suite import default_suite_path
-from specconsole.ui.themes import load_themes, theme_dirs
+from specconsole.ui.style.themes import load_themes, theme_dirs
 
 LIGHT = (Path(__file__).resolve().parents[1] / "src" / "specconsole" / "data" / "themes" / "light.toml").read_text()
 

@@ -21,7 +21,7 @@ from specconsole.monitor import Fleet
 from specconsole.process_tree import process_table
 from specconsole.report import status_json, status_text
 from specconsole.steps import StepEvent, Steps
-from specconsole.ui.format import badge
+from specconsole.ui.style.formatting import badge
 
 pytestmark = pytest.mark.lab
 

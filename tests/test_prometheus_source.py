@@ -37,7 +37,7 @@ from specconsole.sources.prometheus import (
     uses_prometheus,
 )
 from specconsole.sources.sglang import ServerState
-from specconsole.ui.history import History
+from specconsole.ui.panes.history import History
 
 HOSTS, GPUS = 3, 2
 
@@ -316,9 +316,9 @@ async def test_console_plots_start_with_prometheus_history(
         prom_lab: tuple[prom_fleet.PromLab, str], tmp_path: Path) -> None:
     """The TUI reading through Prometheus: GPU rows of every host, plots seeded from query_range
     with the scrapes from before the console started."""
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.host_pane import HostPane
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+    from specconsole.ui.console.app import ConsoleApp
+    from specconsole.ui.panes.host_pane import HostPane
+    from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
     lab, sim_url = prom_lab
     await asyncio.to_thread(lab.wait_scraped, 60.0, 4)

@@ -29,9 +29,9 @@ from specconsole.monitor import Fleet
 from specconsole.recorder.recorder import start_recording
 from specconsole.recorder.recording import Recording
 from specconsole.steps import StepEvent, Steps, audit
-from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.replay import ReplayApp, ReplayFleet, replay_config
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.replay import ReplayApp, ReplayFleet, replay_config
+from specconsole.ui.panes.action_view import ActionPanel
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.xdist_group("recorder-lab")  # one module lab per run
 

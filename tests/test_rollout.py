@@ -290,12 +290,12 @@ async def test_console_r_rolls_out_the_marked_replicas_and_x_aborts(fleet: Lab, 
 
     from textual.widgets import Button, Input
 
-    from specconsole.ui.action_view import ActionPanel
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.deploy_screen import DeployForm
-    from specconsole.ui.fleet_view import FleetTable
-    from specconsole.ui.plan_screen import PlanScreen
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+    from specconsole.ui.console.app import ConsoleApp
+    from specconsole.ui.fleet.fleet_view import FleetTable
+    from specconsole.ui.panes.action_view import ActionPanel
+    from specconsole.ui.screens.deploy_form import DeployForm
+    from specconsole.ui.screens.plan import PlanScreen
+    from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
     before = infos(fleet)
     window = before["serve"]["speculative_draft_window_size"]

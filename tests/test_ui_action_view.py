@@ -21,12 +21,12 @@ from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.config import parse_config
 from specconsole.lab.lab_state import free_port
 from specconsole.steps import StepEvent, Steps
-from specconsole.ui.action_view import ActionPanel, ActionTrack
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.deploy_screen import DeployForm, algorithm_choices
-from specconsole.ui.events_pane import EventList
-from specconsole.ui.plan_screen import PlanScreen, flag_rows
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.panes.action_view import ActionPanel, ActionTrack
+from specconsole.ui.panes.events_pane import EventList
+from specconsole.ui.screens.deploy_form import DeployForm, algorithm_choices
+from specconsole.ui.screens.plan import PlanScreen, flag_rows
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -301,7 +301,7 @@ def _operator() -> str:
 def _console(args: argparse.Namespace) -> int:
     """The Textual console (imported only here: the headless commands never load Textual)."""
     from specconsole.config import load_config
-    from specconsole.ui.app import run_console
+    from specconsole.ui.console.app import run_console
 
     config = load_config(resolve_config_path(args.config))
     return run_console(config, read_only=args.read_only, theme=args.theme, no_audit=args.no_audit,
@@ -336,7 +336,7 @@ def _replay(args: argparse.Namespace) -> int:
         start = parse_time(args.start, recording) if args.start else recording.start
     except ValueError as err:
         raise SpecConsoleError(f"replay: {err}") from None
-    from specconsole.ui.replay import run_replay
+    from specconsole.ui.console.replay import run_replay
 
     return run_replay(recording, start=start, speed=args.speed, theme=args.theme)
 

@@ -74,7 +74,7 @@ def _fleet_and_router(ctx: ActionContext) -> str | None:
 @dataclass(frozen=True)
 class ActionSpec:
     """One console action. ``id`` is also the Textual action name (``action_<id>`` on the app); an
-    action with a ``flow`` runs the flow that id names (``FLOWS`` in :mod:`specconsole.ui.flows`)
+    action with a ``flow`` runs the flow that id names (``FLOWS`` in :mod:`specconsole.ui.flows.flows`)
     through ``ConsoleActions.start`` (one at a time). The registry is data: it names flows, and
     imports none."""
 
