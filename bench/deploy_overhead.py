@@ -23,7 +23,7 @@ from pathlib import Path
 from specconsole.actions.deploy import DeployRequest, execute, preflight
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.steps import StepEvent, Steps
 
 

@@ -23,7 +23,7 @@ from alert_receiver import Receiver
 from conftest import running_lab, wait_for
 from specconsole.alerts.engine import AlertEngine
 from specconsole.config import Config, load_config
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.monitor import Fleet
 from specconsole.status_watch import print_status
 

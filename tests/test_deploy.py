@@ -19,7 +19,7 @@ from conftest import running_lab, wait_for
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.config import HostConfig, load_config
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.steps import StepEvent, Steps
 
 DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=60)

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import running_lab
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.sglang_versions import DDTREE_VERSION
+from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.sources.sglang import SglangSource
 from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, unit_digest, wait_healthy

@@ -23,8 +23,8 @@ import pytest
 
 from conftest import running_lab
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
-from specconsole.lab.environment import DRAFT_MODEL, EAGLE_DRAFT_MODEL, SMALL_MODEL, Lab, LabOptions
-from specconsole.lab.sglang_versions import DDTREE_VERSION
+from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
+from specconsole.lab.parts.environment import DRAFT_MODEL, EAGLE_DRAFT_MODEL, SMALL_MODEL, Lab, LabOptions
 from specconsole.sglang.flags import Argv, SglangCli
 from specconsole.sglang.unit import parse_unit
 from specconsole.steps import StepEvent, Steps

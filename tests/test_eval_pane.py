@@ -19,8 +19,8 @@ import sample_data as sd
 from conftest import shared_sglang_judge, wait_for
 from specconsole.eval.cli import start_eval
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
-from specconsole.lab.lab_state import free_port
-from specconsole.lab.simlab import SimServer, dflash_draft_dir
+from specconsole.lab.parts.state import free_port
+from specconsole.lab.testing.sim_server import SimServer, dflash_draft_dir
 from specconsole.ui.panes.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
 
 pytestmark = pytest.mark.timeout(60)

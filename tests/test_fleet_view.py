@@ -253,7 +253,7 @@ def test_fleet_view_in_tmux(lab_hosts: Any, tmp_path: Path) -> None:
     import shutil
 
     from conftest import wait_for as wait
-    from specconsole.lab.fleet import write_fleet_config, write_training_log
+    from specconsole.lab.testing.synthetic_fleet import write_fleet_config, write_training_log
     from test_signals import EXE, Tmux, alive
 
     if not shutil.which("tmux"):

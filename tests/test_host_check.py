@@ -16,7 +16,7 @@ from conftest import running_lab
 from specconsole.actions import host_check
 from specconsole.actions.deploy import DeployRefused, DeployRequest, preflight
 from specconsole.hosts import CommandResult
-from specconsole.lab.environment import Lab, LabOptions, write_draft_model
+from specconsole.lab.parts.environment import Lab, LabOptions, write_draft_model
 from specconsole.sglang.unit import parse_unit
 from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, unit_digest, wait_healthy
@@ -121,7 +121,7 @@ async def test_the_plan_shows_what_sglang_resolved_and_no_host_check_says_it_ski
 @pytest.mark.usefixtures("lab_parts")
 async def test_a_launcher_that_is_not_python_falls_back_to_the_built_in_rules_in_one_line(tmp_path: Path) -> None:
     # the lab's DDTree build is a shell script (the build is in no release, real SGLang cannot be it)
-    from specconsole.lab.sglang_versions import DDTREE_VERSION
+    from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
 
     for lab in running_lab(tmp_path / "lab", LabOptions(trainer=False, sglang=True, sglang_startup_s=0.3,
                                                          sglang_load_rps=0, sglang_version=DDTREE_VERSION),

@@ -23,7 +23,7 @@ from specconsole.actions.deploy import DeployRequest, execute, preflight
 from specconsole.actions.kill import find_job, kill_job
 from specconsole.cli import main
 from specconsole.config import load_config
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import children
 from specconsole.monitor import Fleet
 from specconsole.recorder.recorder import start_recording

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.lab import sglang_versions
-from specconsole.lab.sglang_versions import BASE_VERSION, DDTREE_VERSION
+from specconsole.lab.doubles import sglang_versions
+from specconsole.lab.doubles.sglang_versions import BASE_VERSION, DDTREE_VERSION
 from specconsole.sglang.flags import Argv, SglangCli
 from specconsole.sglang.info import ServerInfo
 from specconsole.sglang.logs import worker_facts, worker_log_command

@@ -19,7 +19,7 @@ import sample_data as sd
 from conftest import wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.config import parse_config
-from specconsole.lab.lab_state import free_port
+from specconsole.lab.parts.state import free_port
 from specconsole.steps import StepEvent, Steps
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.action_view import ActionPanel, ActionTrack

@@ -15,7 +15,7 @@ from textual.widgets import Button, Input, Select, Static
 
 from conftest import click, running_lab, wait_for
 from specconsole.config import load_config
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.action_view import ActionPanel
 from specconsole.ui.panes.events_pane import EventsPane

@@ -17,7 +17,7 @@ from textual.widgets import Button, Input, Static
 
 from conftest import wait_for
 from specconsole.config import Config, load_config
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.checkpoints_pane import CheckpointTable

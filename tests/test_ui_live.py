@@ -14,7 +14,7 @@ import pytest
 
 from conftest import wait_for
 from specconsole.config import Config, load_config
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.fleet.summary_bar import SummaryBar
 from specconsole.ui.panes.host_pane import HostPane

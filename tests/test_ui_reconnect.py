@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.events_pane import EventsPane
 from specconsole.ui.panes.training_pane import TrainingPane

@@ -29,7 +29,7 @@ from textual.widgets._toast import Toast
 
 from conftest import running_lab, wait_for
 from specconsole.config import load_config
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.action_view import ActionPanel
 from specconsole.ui.screens.deploy_form import DeployForm

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from specconsole.lab.environment import Lab
+    from specconsole.lab.parts.environment import Lab
 
 
 def stat_fields(pid: int) -> list[str] | None:
