@@ -13,7 +13,7 @@ from specconsole.ui.style.formatting import escape
 from specconsole.ui.widgets.plot_row import PlotRow
 
 SGLANG_STATE_VAR = {"healthy": "$success", "starting": "$warning", "loading": "$warning",
-                     "down": "$error", "error": "$error", "unhealthy": "$error", "hung": "$error"}
+                    "down": "$error", "error": "$error", "unhealthy": "$error", "hung": "$error"}
 #: states drawn as a badge, not a word: "hung" (the HTTP server answers, the scheduler does not)
 #: must not read like "down" at a glance
 _SGLANG_STATE_BADGE = frozenset({"hung"})

@@ -2,8 +2,9 @@
 
 * the algorithm is a Select of the choices the host's own ``--help`` lists (discovered when the
   form opens, with a status line while it runs); only the fields that apply to it show
-  (:data:`FIELDS_FOR`: the window for DFLASH, block size and tree budget for DDTREE, steps, top-k
-  and draft tokens for the EAGLE family, draft tokens for NGRAM);
+  (:data:`~specconsole.actions.algorithms.FIELDS_FOR`, which says it once: the window for DFLASH,
+  block size and tree budget for DDTREE, steps, top-k and draft tokens for the EAGLE family, draft
+  tokens for NGRAM);
 * every field is checked in place: a bad value shows its error beside the field and the form
   stays open; Enter moves to the next field (on the last one, to the Plan button);
 * Plan runs the preflight (``check``) while the form stays open: a refusal is shown beside the
@@ -23,6 +24,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
+from specconsole.actions.algorithms import FIELDS_FOR, NO_DRAFT_MODEL, SPECIFIC
 from specconsole.actions.deploy import DeployPlan, DeployRequest
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
@@ -36,16 +38,6 @@ from specconsole.ui.style.formatting import escape
 DEFAULT_WINDOW = "16"
 #: Offered when the host's --help could not be read (the console's own two flows).
 FALLBACK_ALGORITHMS = ("DFLASH", "NEXTN")
-#: The algorithm-specific fields each algorithm shows (the draft model shows for every one but
-#: :data:`NO_DRAFT_MODEL`).
-_EAGLE_KNOBS = ("num_steps", "eagle_topk", "draft_tokens")
-FIELDS_FOR: dict[str, tuple[str, ...]] = {
-    "DFLASH": ("draft_window", "block_size"),
-    "DDTREE": ("block_size", "tree_budget"),
-    **{algo: _EAGLE_KNOBS for algo in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")},
-    "NGRAM": ("draft_tokens",),
-}
-SPECIFIC = ("draft_window", "block_size", "tree_budget", *_EAGLE_KNOBS)
 #: The help line the form shows under its hint for an algorithm whose numbers need saying
 #: (DDTREE: what the block size and the tree budget count, so "up to 16 draft tokens" maps onto
 #: them; the rules are sgl-project/sglang PR #29907's: the budget counts the draft tree's nodes
@@ -57,8 +49,6 @@ HELP_FOR: dict[str, str] = {
               "chain holds block size - 1 = 15, so 16 branches into a tree (full-tree mode: the plan adds "
               "triton attention); empty budget: block size - 1, one chain.",
 }
-#: Algorithms that take no draft model: NEXTN drafts with the target's own layers, NGRAM from the prompt.
-NO_DRAFT_MODEL = ("NEXTN", "NGRAM")
 
 Discover = Callable[[], Awaitable[list[str]]]
 Check = Callable[[DeployRequest], Awaitable[DeployPlan]]
