@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from specconsole.lab.files import write_file
 
 if TYPE_CHECKING:
-    from specconsole.lab.parts.environment import Lab
+    from specconsole.lab.parts.state import LabView
 
 
-def write_config(lab: Lab) -> Path:
+def write_config(lab: LabView) -> Path:
     """``lab.toml``: both hosts over SSH with the operator's key, their GPUs, the training log and
     its kill settings, SGLang's unit and URL."""
     o, s = lab.options, lab.state
@@ -53,7 +53,7 @@ grace_s = 30
     return lab.config_path
 
 
-def _replicas(lab: Lab) -> str:
+def _replicas(lab: LabView) -> str:
     """``--serve N``: replicas ``serve2`` .. ``serveN`` (``serve`` is above) and the ``[router]``
     in front of them all (a small gate: three coding tasks, 128 tokens each)."""
     s = lab.state
@@ -69,7 +69,7 @@ gate_max_new_tokens = 128
     return text
 
 
-def _serving_host(lab: Lab, name: str, sglang_port: int) -> str:
+def _serving_host(lab: LabView, name: str, sglang_port: int) -> str:
     """One serving host's ``[[hosts]]`` table: SSH with the operator's key, its GPUs, its unit and URL."""
     o, h = lab.options, lab.state.hosts[name]
     return f"""
@@ -100,7 +100,7 @@ def toml_str(value: object) -> str:
     return json.dumps(str(value))  # a TOML basic string
 
 
-def console_and_ssh(lab: Lab, audit_log: Path, state_dir: Path, *, connect_timeout_s: float) -> str:
+def console_and_ssh(lab: LabView, audit_log: Path, state_dir: Path, *, connect_timeout_s: float) -> str:
     """The ``[console]`` and ``[ssh]`` tables of a config for the lab's hosts (quick reconnects)."""
     return f"""[console]
 refresh_s = 1.0

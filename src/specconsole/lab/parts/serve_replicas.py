@@ -29,7 +29,7 @@ from specconsole.lab.parts.state import LabError, free_port
 from specconsole.lab.procs import send_signal, spawn, wait_dead
 
 if TYPE_CHECKING:
-    from specconsole.lab.parts.environment import Lab
+    from specconsole.lab.parts.state import LabView
 
 #: the draft window every replica starts with (the rollout tests change it to 32)
 START_WINDOW = 16
@@ -46,13 +46,13 @@ def replica_address(index: int, first: str) -> str:
     return f"{head}.{int(last) + index}" if index else first
 
 
-def models_dir(lab: Lab) -> Path:
+def models_dir(lab: LabView) -> Path:
     """The replicas' models: one folder at one path for all (as a fleet's hosts have the same layout),
     so one ``--draft-model PATH`` means the same draft on every replica."""
     return lab.root("serve") / "models"
 
 
-def dflash_args(lab: Lab, name: str, port: int) -> list[str]:
+def dflash_args(lab: LabView, name: str, port: int) -> list[str]:
     """The replicas' start deployment: DFLASH with the lab's DFlash draft, window 16."""
     models = models_dir(lab)
     return ["serve", "--model-path", str(models / TARGET_MODEL), "--host", "127.0.0.1",
@@ -61,7 +61,7 @@ def dflash_args(lab: Lab, name: str, port: int) -> list[str]:
             "--speculative-draft-window-size", str(START_WINDOW), "--enable-metrics"]
 
 
-def make_replicas(lab: Lab) -> None:
+def make_replicas(lab: LabView) -> None:
     """Folders, sshd configs, models and units of ``serve2`` .. ``serveN`` (``serve`` is the lab's own)."""
     names = replica_names(lab.options.serve)
     for i, name in enumerate(names[1:], start=1):
@@ -73,7 +73,7 @@ def make_replicas(lab: Lab) -> None:
         lab.state.replica_ports[name] = free_port("127.0.0.1")
 
 
-def write_replica_units(lab: Lab) -> None:
+def write_replica_units(lab: LabView) -> None:
     """Every replica's models, GPU scenario and DFLASH unit (after the lab wrote serve's scenario)."""
     for name in replica_names(lab.options.serve):
         root = lab.root(name)
@@ -86,35 +86,35 @@ def write_replica_units(lab: Lab) -> None:
                                 lab.options)
 
 
-def unit_path(lab: Lab, name: str) -> Path:
+def unit_path(lab: LabView, name: str) -> Path:
     return lab.root(name) / "etc" / "systemd" / "system" / "sglang.service"
 
 
-def port(lab: Lab, name: str) -> int:
+def port(lab: LabView, name: str) -> int:
     return lab.state.sglang_port if name == "serve" else lab.state.replica_ports[name]
 
 
-def worker_url(lab: Lab, name: str) -> str:
+def worker_url(lab: LabView, name: str) -> str:
     return f"http://127.0.0.1:{port(lab, name)}"
 
 
-def systemctl(lab: Lab, name: str, *args: str, check: bool = True, timeout: float = 30) -> None:
+def systemctl(lab: LabView, name: str, *args: str, check: bool = True, timeout: float = 30) -> None:
     serving_unit.systemctl(lab.root(name), lab.env(name), lab.say, *args, check=check, timeout=timeout)
 
 
-def start_replicas(lab: Lab) -> None:
+def start_replicas(lab: LabView) -> None:
     """Start ``serve2`` .. ``serveN``'s units (``serve``'s is the lab's own start)."""
     for name in replica_names(lab.options.serve)[1:]:
         systemctl(lab, name, "daemon-reload")
         systemctl(lab, name, "start", "sglang.service", timeout=120)
 
 
-def started_replicas(lab: Lab) -> list[str]:
+def started_replicas(lab: LabView) -> list[str]:
     """The replicas this lab folder's state names (also for a ``lab down`` that knows no options)."""
     return ["serve", *lab.state.replica_ports]
 
 
-def stop_replicas(lab: Lab) -> None:
+def stop_replicas(lab: LabView) -> None:
     for name in started_replicas(lab)[1:]:
         if name in lab.state.hosts and unit_path(lab, name).exists():
             try:
@@ -125,11 +125,11 @@ def stop_replicas(lab: Lab) -> None:
 
 # ---------------------------------------------------------------------------------- the router
 
-def router_url(lab: Lab) -> str:
+def router_url(lab: LabView) -> str:
     return f"http://127.0.0.1:{lab.state.router_port}"
 
 
-def start_router(lab: Lab, timeout: float = 120) -> int:
+def start_router(lab: LabView, timeout: float = 120) -> int:
     """Start the real sglang-router in front of every replica and wait until it lists them all
     healthy (each replica must answer /health first: the router checks its workers at start)."""
     names = replica_names(lab.options.serve)
@@ -162,7 +162,7 @@ def start_router(lab: Lab, timeout: float = 120) -> int:
                    f"(it lists {listed}); see {log}")
 
 
-def router_workers(lab: Lab) -> list[str]:
+def router_workers(lab: LabView) -> list[str]:
     """The worker URLs the router lists (empty while it does not answer)."""
     try:
         with urllib.request.urlopen(router_url(lab) + "/workers", timeout=2) as r:
@@ -172,7 +172,7 @@ def router_workers(lab: Lab) -> list[str]:
     return [str(w.get("url")) for w in data.get("workers", []) if isinstance(w, dict)]
 
 
-def stop_router(lab: Lab) -> None:
+def stop_router(lab: LabView) -> None:
     pid = lab.state.router_pid
     if pid and lab.state.ours(pid):
         send_signal(pid, signal.SIGTERM)

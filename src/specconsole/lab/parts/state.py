@@ -10,6 +10,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Protocol
 
 from specconsole.errors import SpecConsoleError
 from specconsole.lab.doubles.sglang_versions import BASE_VERSION
@@ -151,3 +152,36 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:  # no room below the ephemeral range: the kernel's choice
         s.bind((address, 0))
         return int(s.getsockname()[1])
+
+
+class LabView(Protocol):
+    """What the parts that work across the lab's hosts (``serve_replicas``, ``console_config``)
+    read of the lab: its folder, options and state, where things are, its environment and its
+    voice. :class:`~specconsole.lab.parts.environment.Lab` is one; the parts do not import it."""
+
+    dir: Path
+    options: LabOptions
+    state: LabState
+    say: Say
+
+    @property
+    def config_path(self) -> Path: ...
+
+    @property
+    def keys(self) -> Path: ...
+
+    @property
+    def train_log(self) -> Path: ...
+
+    @property
+    def trainer_pid_file(self) -> Path: ...
+
+    def root(self, host: str) -> Path: ...
+
+    def scenario_path(self, host: str) -> Path: ...
+
+    def draft_model_dir(self) -> Path: ...
+
+    def sglang_venv_python(self) -> Path: ...
+
+    def env(self, name: str) -> dict[str, str]: ...
