@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 
 TICK = os.sysconf("SC_CLK_TCK")
 

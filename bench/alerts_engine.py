@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' sample statuses
 
 import sample_data as sd
+from specconsole.alert_rules.rules import DEFAULT_RULES
 from specconsole.alerts.engine import AlertEngine
-from specconsole.alerts.rules import DEFAULT_RULES
 from specconsole.events import EventLog
 
 

@@ -63,9 +63,9 @@ import sample_data as sd
 from specconsole.config import Config
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.provider import FixedStatuses
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.console.provider import FixedStatuses
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the decision rule (issue 20): the cropping compositor stays if it saves this share of the CPU

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from _tools import missing  # bench/_tools.py (scripts run from bench/)
 
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import alive, sessions, with_environ
+from specconsole.lab.testing.synthetic_fleet import write_fleet_config, write_training_log
 
 EXE = Path(sys.executable).parent / "specconsole"
 TMUX = ["tmux", "-L", f"specconsole-exit-bench-{os.getpid()}", "-f", "/dev/null"]

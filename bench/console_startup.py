@@ -25,7 +25,7 @@ from pathlib import Path
 
 from _tools import cpu_s, missing, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
 
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 
 #: A private tmux server for the whole run (never the user's), kept up by a "keep" session:
 #: killing the last session of a server makes the next new-session race its shutdown.

@@ -21,10 +21,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from specconsole.actions.deploy import DeployRequest, execute, preflight
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.steps import StepEvent, Steps
 
 
 async def one_deploy(lab: Lab, request: DeployRequest) -> tuple[float, float, dict[str, float]]:

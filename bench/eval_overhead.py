@@ -27,12 +27,12 @@ import time
 
 import httpx
 
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.eval.runner import run_eval
 from specconsole.eval.store import ResultStore
 from specconsole.eval.suite import Suite, Task, load_suite
-from specconsole.lab.simlab import SimServer, dflash_draft_dir
+from specconsole.lab.testing.sim_server import SimServer, dflash_draft_dir
 from specconsole.sglang import SglangClient
+from specconsole.steps import StepEvent, Steps
 
 
 def cpu() -> float:

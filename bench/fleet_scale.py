@@ -10,7 +10,7 @@ N, so they are set up as N hosts would look to the console: ``MaxStartups 1024``
 drops the handshakes beyond 64 at once, and the console retries them with backoff) and no
 login-shell rc per session (``SHLVL=1``: bash then skips ``~/.bashrc``, whose ``pyenv init``
 costs ~0.2 s per session, tens of CPU-s for 400 sessions at 200 hosts; ``--host-rc`` keeps it).
-Prometheus (``--modes prom``): ``specconsole.lab.prom_fleet`` (an exporter double + a real
+Prometheus (``--modes prom``): ``specconsole.lab.testing.prometheus_fleet`` (an exporter double + a real
 ``prometheus``) for ``--prom-n`` hosts, with the TUI and headless status reading through it;
 skipped with a note when that module or the ``prometheus`` binary is not in this tree/machine.
 
@@ -67,9 +67,9 @@ from typing import Any
 
 from _tools import cpu_s, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
 
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import descendants
+from specconsole.lab.testing.synthetic_fleet import write_fleet_config, write_training_log
 
 WARMUP_S = 3.0
 TMUX = ["tmux", "-L", f"specconsole-fleet-bench-{os.getpid()}", "-f", "/dev/null"]
@@ -421,10 +421,10 @@ def ssh_config(lab: Lab, tmp: Path, hosts: int, interval: float) -> Path:
 def prom_runs(tmp: Path, sizes: list[int], args: argparse.Namespace) -> list[Run]:
     """TUI and headless against Prometheus for each size (and 2), or one "skipped" row."""
     try:
-        from specconsole.lab import prom_fleet  # another part of issue 13; may not be in this tree
+        from specconsole.lab.testing import prometheus_fleet  # another part of issue 13; may not be in this tree
     except ImportError as err:
-        return [Run("prom", 0, note=f"skipped: specconsole.lab.prom_fleet is not in this tree ({err})")]
-    binary = getattr(prom_fleet, "prometheus_binary", lambda: shutil.which("prometheus"))()
+        return [Run("prom", 0, note=f"skipped: specconsole.lab.testing.prometheus_fleet is not in this tree ({err})")]
+    binary = getattr(prometheus_fleet, "prometheus_binary", lambda: shutil.which("prometheus"))()
     if not binary:
         return [Run("prom", 0, note="skipped: prometheus is not installed (apt-get install prometheus)")]
     out: list[Run] = []
@@ -432,14 +432,14 @@ def prom_runs(tmp: Path, sizes: list[int], args: argparse.Namespace) -> list[Run
         work = tmp / f"prom-{n}"
         work.mkdir()
         try:
-            plab = prom_fleet.start(work, hosts=n, gpus=args.gpus, scrape_interval_s=args.prom_scrape_s)
+            plab = prometheus_fleet.start(work, hosts=n, gpus=args.gpus, scrape_interval_s=args.prom_scrape_s)
         except Exception as err:  # its API is another helper's; say what failed and go on
-            out.append(emit(Run("prom", n, note=f"prom_fleet.start failed: {err}")))
+            out.append(emit(Run("prom", n, note=f"prometheus_fleet.start failed: {err}")))
             continue
         try:
             if hasattr(plab, "wait_scraped"):
                 plab.wait_scraped(timeout=120)
-            cfg = prom_fleet.write_console_config(work / "console.toml", plab, interval_s=args.prom_interval)
+            cfg = prometheus_fleet.write_console_config(work / "console.toml", plab, interval_s=args.prom_interval)
             for mode in ("tui", "headless"):
                 if mode in args.prom_modes:
                     out.append(emit(run_tui(cfg, n, args, "prom-tui") if mode == "tui"

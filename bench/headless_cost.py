@@ -11,7 +11,7 @@ end to end, isolated so that two source trees can be compared on a busy machine.
 Runs whatever ``specconsole`` is importable: compare trees with
 ``PYTHONPATH=/path/to/old/src .venv/bin/python bench/headless_cost.py`` (a tree without
 ``specconsole.status_watch`` is measured with its ``json.dumps(status_json(...))``, one without
-``specconsole.lab.smi_stream``, the nvidia-smi stream double, with this checkout's copy).
+``specconsole.lab.testing.smi_stream``, the nvidia-smi stream double, with this checkout's copy).
 
 Usage: .venv/bin/python bench/headless_cost.py [--hosts 400] [--gpus 8] [--bursts 20]
 """
@@ -41,11 +41,11 @@ from specconsole.sources.nvidia_smi import NvidiaSmiSource
 
 def smi_stream() -> Any:
     """The in-memory nvidia-smi stream double: the measured tree's, else (a tree from before
-    ``specconsole/lab/smi_stream.py``) this checkout's copy, run against the measured tree."""
+    ``specconsole/lab/testing/smi_stream.py``) this checkout's copy, run against the measured tree."""
     try:
-        from specconsole.lab import smi_stream
+        from specconsole.lab.testing import smi_stream
     except ImportError:
-        path = Path(__file__).resolve().parents[1] / "src/specconsole/lab/smi_stream.py"
+        path = Path(__file__).resolve().parents[1] / "src/specconsole/lab/testing/smi_stream.py"
         spec = importlib.util.spec_from_file_location("bench_smi_stream", path)
         assert spec is not None and spec.loader is not None
         smi_stream = importlib.util.module_from_spec(spec)

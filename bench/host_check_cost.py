@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from specconsole.lab import sglang_judge
-from specconsole.lab.environment import judge_env, write_draft_model, write_target_model
+from specconsole.lab.doubles import sglang_judge
+from specconsole.lab.parts.environment import judge_env, write_draft_model, write_target_model
 
-ARGCHECK = Path(sglang_judge.__file__).resolve().parents[1] / "sglang" / "argcheck.py"
+ARGCHECK = Path(sglang_judge.__file__).resolve().parents[2] / "remote" / "argcheck.py"
 
 
 def children_cpu() -> float:

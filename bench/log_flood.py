@@ -32,7 +32,7 @@ from typing import Any
 
 from _tools import cpu_s  # bench/_tools.py (scripts run from bench/)
 
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 
 T0 = 1_783_000_000.0
 PAD = "x" * 160  # ~250-byte lines, a trainer's JSON record with a few more fields

@@ -1,5 +1,5 @@
 """What a 200 MB ``/metrics`` costs the console: ``specconsole status --watch --json`` against a
-loopback server (``specconsole.lab.flood_http``) whose ``/metrics`` answers 200 MB, generated
+loopback server (``specconsole.lab.testing.flood_http``) whose ``/metrics`` answers 200 MB, generated
 lazily, and whose ``/health`` and ``/server_info`` answer normally.
 
 Prints, for the console process: the time from its start until a snapshot's sglang ``error``
@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from specconsole.lab.flood_http import MIB, FloodServer
+from specconsole.lab.testing.flood_http import MIB, FloodServer
 
 
 def vm_hwm_kib(pid: int) -> int:

@@ -1,5 +1,5 @@
 """The Prometheus path's cost in the console, without a UI: N hosts x G GPUs behind a real
-Prometheus (lab.prom_fleet), the console's Fleet reading them for D seconds.
+Prometheus (lab.testing.prometheus_fleet), the console's Fleet reading them for D seconds.
 
     .venv/bin/python bench/prom_fleet_poll.py --hosts 200 1000 --gpus 8 --seconds 60
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from specconsole.config import load_config
-from specconsole.lab import prom_fleet
+from specconsole.lab.testing import prometheus_fleet
 from specconsole.monitor import Fleet
 
 
@@ -68,17 +68,17 @@ def main() -> int:
     p.add_argument("--interval-s", type=float, default=5.0, help="[prometheus] interval_s")
     p.add_argument("--scrape-interval-s", type=float, default=5.0)
     a = p.parse_args()
-    if prom_fleet.prometheus_binary() is None:
+    if prometheus_fleet.prometheus_binary() is None:
         print("prometheus is not installed (apt-get install prometheus)", file=sys.stderr)
         return 2
     for n in a.hosts:
         with tempfile.TemporaryDirectory(prefix="prom-bench-") as tmp:
             work = Path(tmp)
-            lab = prom_fleet.start(work / "prom", hosts=n, gpus=a.gpus, sglang=True,
+            lab = prometheus_fleet.start(work / "prom", hosts=n, gpus=a.gpus, sglang=True,
                                    scrape_interval_s=a.scrape_interval_s)
             try:
                 lab.wait_scraped(120.0, 1)
-                cfg = prom_fleet.write_console_config(work / "console.toml", lab,
+                cfg = prometheus_fleet.write_console_config(work / "console.toml", lab,
                                                       interval_s=a.interval_s, history_s=3600)
                 r = asyncio.run(measure(cfg, a.seconds))
             finally:

@@ -122,10 +122,10 @@ async def first_frame(app: Any, hosts: int) -> float:
 
 
 def startup(path: Path, hosts: int, minutes: float) -> tuple[float, float, float]:
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.provider import FixedStatuses
-    from specconsole.ui.replay import ReplayApp, ReplayFleet, replay_config
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+    from specconsole.ui.console.app import ConsoleApp
+    from specconsole.ui.console.provider import FixedStatuses
+    from specconsole.ui.console.replay import ReplayApp, ReplayFleet, replay_config
+    from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
     t0 = time.perf_counter()
     recording = Recording(path)

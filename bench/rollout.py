@@ -27,19 +27,20 @@ from pathlib import Path
 
 from specconsole.actions import rollout
 from specconsole.actions.deploy import DeployRequest
-from specconsole.actions.steps import StepEvent
 from specconsole.config import load_config
+from specconsole.eval.suite import gate_prompts
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab import serve_fleet
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.router_load import RouterLoad
+from specconsole.lab.parts import serve_replicas
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.lab.testing.router_load import RouterLoad
+from specconsole.steps import StepEvent
 
 
 async def run(lab: Lab, window: int) -> tuple[rollout.RolloutOutcome, list[StepEvent], float]:
     config = load_config(lab.config_path)
     chosen = rollout.select(config, "serve*")
     opts = rollout.options(config, DeployRequest(draft_window=window, health_timeout_s=120), gate=None,
-                           canary_wait_s=None, drain_timeout_s=None, operator="bench")
+                           canary_wait_s=None, drain_timeout_s=None, operator="bench", gate_prompts=gate_prompts)
     hosts = [SshHost(c) for c in chosen]
     events: list[StepEvent] = []
     for h in hosts:
@@ -84,9 +85,9 @@ def main() -> int:
         t_lab = time.monotonic()
         lab.up()
         try:
-            print(f"lab: {args.replicas} replicas behind sglang-router at {serve_fleet.router_url(lab)} "
+            print(f"lab: {args.replicas} replicas behind sglang-router at {serve_replicas.router_url(lab)} "
                   f"(up in {time.monotonic() - t_lab:.1f}s; simulated start-up {args.startup:g}s)")
-            with RouterLoad(serve_fleet.router_url(lab), concurrency=args.concurrency) as load:
+            with RouterLoad(serve_replicas.router_url(lab), concurrency=args.concurrency) as load:
                 out, events, took = asyncio.run(run(lab, 32))
                 stats = load.stop()
         finally:

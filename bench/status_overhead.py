@@ -30,7 +30,7 @@ from _tools import missing  # bench/_tools.py (scripts run from bench/)
 
 from specconsole.config import Config, load_config
 from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.monitor import Fleet
 
 WARMUP_S = 3.0

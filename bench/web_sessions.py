@@ -25,8 +25,8 @@ from pathlib import Path
 
 from _tools import TICK, cpu_s, missing  # bench/_tools.py (scripts run from bench/)
 
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.lab_state import free_port
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.lab.parts.state import free_port
 
 TMUX = ["tmux", "-L", f"specconsole-bench-{os.getpid()}", "-f", "/dev/null"]
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -126,7 +126,7 @@ _JUDGE: dict[str, Any] = {}
 
 
 def shared_sglang_judge() -> str:
-    """One warm real-SGLang judge (:mod:`specconsole.lab.sglang_judge`) for the whole test run:
+    """One warm real-SGLang judge (:mod:`specconsole.lab.doubles.sglang_judge`) for the whole test run:
     every lab and every simulator the tests start asks it (importing SGLang costs seconds of CPU
     each time otherwise). Under pytest-xdist the run's workers share one (the first to need it
     starts it, under a lock; it ends with the run's controller). Its socket goes into the
@@ -138,9 +138,9 @@ def shared_sglang_judge() -> str:
     import subprocess
     import tempfile
 
-    from specconsole.lab import sglang_judge
-    from specconsole.lab.environment import JUDGE_ENV, judge_env
-    from specconsole.lab.lab_judge import judge_command
+    from specconsole.lab.doubles import sglang_judge
+    from specconsole.lab.parts.environment import JUDGE_ENV, judge_env
+    from specconsole.lab.parts.judge import judge_command
 
     python = sglang_judge.sglang_python()
     if python is None:

@@ -12,7 +12,7 @@ from specconsole.config import Config, parse_config
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
-from specconsole.ui.provider import FixedStatuses
+from specconsole.ui.console.provider import FixedStatuses
 
 
 def fleet_names(n: int) -> list[str]:

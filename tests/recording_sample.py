@@ -10,12 +10,12 @@ from typing import Any
 
 import sample_data as sd
 from fleet_sample import fleet_statuses
-from specconsole.actions.steps import StepEvent
 from specconsole.events import Event
 from specconsole.monitor import HostStatus
 from specconsole.recorder.recorder import Recorder
 from specconsole.recorder.records import Record, event_record, host_record, sample_record
 from specconsole.samples import Sample
+from specconsole.steps import StepEvent
 
 T0 = sd.FROZEN_NOW
 
@@ -36,7 +36,7 @@ def vary(status: HostStatus, k: int, now: float) -> HostStatus:
 
 
 def steps_as_events(steps: Iterable[StepEvent]) -> list[Event]:
-    """Step events as the event log holds them (``actions.steps.audit``'s shape), at their own times."""
+    """Step events as the event log holds them (``steps.audit``'s shape), at their own times."""
     out = []
     for e in steps:
         out.append(Event(e.message if e.kind != "command" else f"$ {e.message}", e.host or e.action,

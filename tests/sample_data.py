@@ -22,8 +22,8 @@ from specconsole.samples import Sample
 from specconsole.sglang import ServerInfo, SglangMetrics
 from specconsole.sources.sglang import ServerState, SglangSnapshot
 from specconsole.sources.training_progress import TrainingProgress
-from specconsole.ui.history import History
-from specconsole.ui.provider import FixedStatuses
+from specconsole.ui.console.provider import FixedStatuses
+from specconsole.ui.panes.history import History
 
 #: 2025-06-02 09:30:00 UTC: the frozen "now" of the snapshots.
 FROZEN_NOW = 1748856600.0
@@ -133,7 +133,7 @@ def seed_history(history: History, now: float = FROZEN_NOW, points: int = 240) -
 
 def sample_deploy_events(now: float = FROZEN_NOW) -> list[Any]:
     """A deploy caught mid-restart: a fixed step list for the action view's snapshots."""
-    from specconsole.actions.steps import StepEvent
+    from specconsole.steps import StepEvent
 
     t0 = now - 14.2
     rows: list[tuple[float, str, str, str, dict[str, Any]]] = [
@@ -186,8 +186,8 @@ def frozen_console(state_dir: str, **kwargs: Any) -> Any:
     """The console on this module's state with the clock frozen at :data:`FROZEN_NOW` and seeded
     plot histories: every run draws the same frame (the snapshots, scripts/screenshots.py). The eval
     pane reads ``$SPECCONSOLE_EVAL_RESULTS`` (set it to a :func:`save_runs` folder first)."""
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+    from specconsole.ui.console.app import ConsoleApp
+    from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
     now = FROZEN_NOW
     app = ConsoleApp(sample_config(state_dir), fleet=sample_fleet(now, **kwargs), clock=lambda: now,

@@ -12,11 +12,11 @@ from typing import Any, cast
 import pytest
 
 import sample_data as sd
+from specconsole.alert_rules.expr import ExprError, Memory, evaluate, parse
+from specconsole.alert_rules.rules import DEFAULT_RULES, AlertRule
 from specconsole.alerts.baseline import EvalBaseline
 from specconsole.alerts.engine import AlertEngine
-from specconsole.alerts.expr import ExprError, Memory, evaluate, parse
 from specconsole.alerts.figures import FIGURES
-from specconsole.alerts.rules import DEFAULT_RULES, AlertRule
 from specconsole.config import parse_config
 from specconsole.errors import ConfigError
 from specconsole.eval.schema import Deployment, EvalRun, TaskResult

@@ -17,15 +17,15 @@ import pytest
 import sample_data as sd
 from alert_receiver import Receiver
 from conftest import wait_for
+from specconsole.alert_rules.rules import DEFAULT_RULES, Alerting
 from specconsole.alerts.delivery import AlertDelivery, TmuxNotifier, WebhookSender
 from specconsole.alerts.engine import AlertEngine
-from specconsole.alerts.rules import DEFAULT_RULES, Alerting
 from specconsole.events import EventLog
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.panes import SummaryBar
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.fleet.summary_bar import SummaryBar
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
 NAN_RULE = [r for r in DEFAULT_RULES if r.name == "loss-not-finite"]

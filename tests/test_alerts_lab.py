@@ -23,7 +23,7 @@ from alert_receiver import Receiver
 from conftest import running_lab, wait_for
 from specconsole.alerts.engine import AlertEngine
 from specconsole.config import Config, load_config
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.monitor import Fleet
 from specconsole.status_watch import print_status
 
@@ -144,7 +144,7 @@ sys.path.insert(0, {tests!r})
 import sample_data as sd
 from specconsole.alerts.delivery import AlertDelivery
 from specconsole.alerts.engine import AlertEngine
-from specconsole.alerts.rules import AlertRule, Alerting
+from specconsole.alert_rules.rules import AlertRule, Alerting
 from specconsole.events import EventLog
 from specconsole.samples import Sample
 

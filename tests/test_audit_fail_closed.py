@@ -18,11 +18,11 @@ import pytest
 
 from conftest import wait_for
 from specconsole.config import parse_config
-from specconsole.lab.environment import Lab
-from specconsole.lab.lab_state import free_port
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.deploy_screen import DeployForm
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.lab.parts.environment import Lab
+from specconsole.lab.parts.state import free_port
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.screens.deploy_form import DeployForm
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Every HTTP body the console reads is streamed with a cap: a server answering 50 MB is hung up
 on at the cap (8 MiB for SGLang's /metrics, 1 MiB for its JSON endpoints, [prometheus]
 max_body_mib for Prometheus), and the reason is one line naming the endpoint, the cap and the key
-that raises it. A real loopback server (``specconsole.lab.flood_http``) generates the body
+that raises it. A real loopback server (``specconsole.lab.testing.flood_http``) generates the body
 lazily and counts what it managed to send."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from conftest import wait_for
 from specconsole.config import HostConfig, SglangConfig
 from specconsole.hosts.local import LocalHost
-from specconsole.lab.flood_http import MIB, FloodServer
+from specconsole.lab.testing.flood_http import MIB, FloodServer
 from specconsole.sglang import SglangClient, SglangError
 from specconsole.sources.prometheus import PrometheusClient, PrometheusError
 from specconsole.sources.sglang import ServerState, SglangSource

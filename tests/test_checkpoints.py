@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specconsole.config import HostConfig, TrainingConfig, load_config
 from specconsole.hosts.local import LocalHost
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 from specconsole.sources.checkpoints import (
     CheckpointWatch,
     default_directory,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import sample_data as sd
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
-from specconsole.ui.widgets import PlotRow
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.widgets.plot_row import PlotRow
 
 pytestmark = pytest.mark.timeout(120)
 

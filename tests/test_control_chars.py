@@ -22,9 +22,9 @@ from specconsole.errors import ConfigError
 from specconsole.hosts import ConnState
 from specconsole.report import status_text
 from specconsole.samples import Sample
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.provider import FixedStatuses
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.console.provider import FixedStatuses
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 from specconsole.values import printable
 
 RAW = ("\x1b", "\x00", "\u202e", "\x9b")

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import wait_for
 from specconsole import dependency_warnings
-from specconsole.lab.lab_state import free_port
+from specconsole.lab.parts.state import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 WARNED = "CryptographyDeprecationWarning: DSA is deprecated"

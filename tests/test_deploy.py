@@ -17,10 +17,10 @@ import pytest
 
 from conftest import running_lab, wait_for
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import HostConfig, load_config
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.steps import StepEvent, Steps
 
 DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=60)
 

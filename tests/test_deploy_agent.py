@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.actions import deploy_agent
-from specconsole.actions.deploy_agent import Agent, tail_text
-from specconsole.actions.deploy_agent_watch import CRASH_LINE, http_request
 from specconsole.actions.deploy_execute import AGENT_FILES
+from specconsole.remote import deploy_agent
+from specconsole.remote.deploy_agent import Agent, tail_text
+from specconsole.remote.deploy_agent_watch import CRASH_LINE, http_request
 
 
 @contextlib.contextmanager

@@ -14,10 +14,10 @@ import pytest
 
 from conftest import running_lab
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
-from specconsole.actions.steps import StepEvent, Steps
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.sglang_versions import DDTREE_VERSION
+from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.sources.sglang import SglangSource
+from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, unit_digest, wait_healthy
 
 pytestmark = pytest.mark.xdist_group("ddtree-lab")  # its module lab: one per run, not one per worker

@@ -19,8 +19,8 @@ import pytest
 
 from conftest import running_lab, wait_for
 from specconsole.actions.deploy import DeployOutcome, DeployRequest, execute, preflight
-from specconsole.actions.steps import StepEvent, Steps
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, wait_healthy
 
 

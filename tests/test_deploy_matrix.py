@@ -23,11 +23,11 @@ import pytest
 
 from conftest import running_lab
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
-from specconsole.actions.steps import StepEvent, Steps
-from specconsole.lab.environment import DRAFT_MODEL, EAGLE_DRAFT_MODEL, SMALL_MODEL, Lab, LabOptions
-from specconsole.lab.sglang_versions import DDTREE_VERSION
+from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
+from specconsole.lab.parts.environment import DRAFT_MODEL, EAGLE_DRAFT_MODEL, SMALL_MODEL, Lab, LabOptions
 from specconsole.sglang.flags import Argv, SglangCli
 from specconsole.sglang.unit import parse_unit
+from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, wait_healthy
 
 BASE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH")

@@ -1,6 +1,6 @@
 """Deploying as a non-root user through a real sudo (``sudo = true``), in the lab.
 
-The serving host's operator is a real system user (:mod:`specconsole.lab.sudo_user`) who logs
+The serving host's operator is a real system user (:mod:`specconsole.lab.parts.sudo_user`) who logs
 in with the lab's key; a sudoers drop-in written by each test (checked by ``visudo -cf``)
 grants, or does not grant, the rule the deploy needs. Needs root to create the user and the
 drop-in: skipped elsewhere, with the reason; CI runs as root.
@@ -24,11 +24,11 @@ import pytest
 from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
 from specconsole.actions.deploy_execute import _launch_command
 from specconsole.actions.privilege import alive_argv, sudoers_rule
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import HostConfig, load_config
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab import sudo_user
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts import sudo_user
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.steps import StepEvent, Steps
 from test_deploy import server_info, wait_healthy
 from test_deploy_faults import _agent_python_that_drops
 

@@ -19,9 +19,9 @@ import sample_data as sd
 from conftest import shared_sglang_judge, wait_for
 from specconsole.eval.cli import start_eval
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
-from specconsole.lab.lab_state import free_port
-from specconsole.lab.simlab import SimServer, dflash_draft_dir
-from specconsole.ui.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
+from specconsole.lab.parts.state import free_port
+from specconsole.lab.testing.sim_server import SimServer, dflash_draft_dir
+from specconsole.ui.panes.eval_pane import AVERAGE_ROW, VANILLA_ROW, WATCH_S, EvalPane
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -339,8 +339,8 @@ async def test_the_console_answers_the_panes_run_request(tmp_path: Path) -> None
     """The console (not a callback) handles RunRequested: `e` starts a run against the configured
     serving host; nothing listens at its base_url here, so the pane reports the failure."""
     import sample_data as sd
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+    from specconsole.ui.console.app import ConsoleApp
+    from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
     port = free_port()  # a port nothing listens on
     config = sd.sample_config(str(tmp_path / "state"))

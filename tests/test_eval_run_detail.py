@@ -10,8 +10,8 @@ from textual.widgets import SelectionList, Static
 
 import sample_data as sd
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult
-from specconsole.ui.eval_pane import EvalPane
-from specconsole.ui.run_detail import NOT_RECORDED, RunDetail, deployment_rows
+from specconsole.ui.panes.eval_pane import EvalPane
+from specconsole.ui.screens.run_detail import NOT_RECORDED, RunDetail, deployment_rows
 from test_eval_pane import PaneApp  # the pane alone, in an app of its own
 
 pytestmark = pytest.mark.timeout(60)

@@ -16,16 +16,16 @@ import httpx
 import pytest
 
 from conftest import shared_sglang_judge
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import parse_config
 from specconsole.errors import SpecConsoleError
 from specconsole.eval.cli import add_eval_parser, run_eval_command, start_eval
 from specconsole.eval.runner import run_and_save, run_eval
 from specconsole.eval.store import ResultStore, load_run_file
 from specconsole.eval.suite import Suite, Task, load_suite
-from specconsole.lab.environment import Lab
-from specconsole.lab.simlab import SimServer, dflash_draft_dir, free_port
+from specconsole.lab.parts.environment import Lab
+from specconsole.lab.testing.sim_server import SimServer, dflash_draft_dir, free_port
 from specconsole.sglang import SglangClient
+from specconsole.steps import StepEvent, Steps
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.xdist_group("eval-runner")]  # its module simulators: one set per run
 

@@ -13,11 +13,11 @@ from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
 from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
-from specconsole.ui import format as fmt
-from specconsole.ui.fleet_rows import DerivedCache, fleet_row
-from specconsole.ui.fleet_view import FleetView
-from specconsole.ui.history import History
-from specconsole.ui.panes import View
+from specconsole.ui.fleet.fleet_rows import DerivedCache, fleet_row
+from specconsole.ui.fleet.fleet_view import FleetView
+from specconsole.ui.panes.history import History
+from specconsole.ui.panes.pane_base import View
+from specconsole.ui.style import formatting as fmt
 
 
 def _with_gpus(status: HostStatus, utils: list[float], at: float) -> HostStatus:

@@ -20,11 +20,13 @@ from specconsole.config import parse_config
 from specconsole.errors import ConfigError
 from specconsole.freshness import FRESH_BELOW, STALE_AFTER, Staleness, stale_next
 from specconsole.samples import Sample
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.fleet_rows import SORTS, DerivedCache, fit_columns, fleet_row, order
-from specconsole.ui.fleet_view import FleetTable, FleetView
-from specconsole.ui.panes import HostPane, ServingPane, TrainingPane
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.fleet.fleet_rows import SORTS, DerivedCache, fit_columns, fleet_row, order
+from specconsole.ui.fleet.fleet_view import FleetTable, FleetView
+from specconsole.ui.panes.host_pane import HostPane
+from specconsole.ui.panes.serving_pane import ServingPane
+from specconsole.ui.panes.training_pane import TrainingPane
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(120)
 NOW = sd.FROZEN_NOW
@@ -251,7 +253,7 @@ def test_fleet_view_in_tmux(lab_hosts: Any, tmp_path: Path) -> None:
     import shutil
 
     from conftest import wait_for as wait
-    from specconsole.lab.fleet import write_fleet_config, write_training_log
+    from specconsole.lab.testing.synthetic_fleet import write_fleet_config, write_training_log
     from test_signals import EXE, Tmux, alive
 
     if not shutil.which("tmux"):

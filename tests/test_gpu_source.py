@@ -74,7 +74,7 @@ def fake_smi(tmp_path, monkeypatch) -> FakeSmi:
     wrapper.write_text(
         "#!/bin/sh\n"
         f'echo "$$ $*" >> {shlex.quote(str(invocations))}\n'
-        f'exec {shlex.quote(sys.executable)} -m specconsole.lab.nvidia_smi "$@"\n'
+        f'exec {shlex.quote(sys.executable)} -m specconsole.lab.doubles.nvidia_smi "$@"\n'
     )
     wrapper.chmod(0o755)
     fake = FakeSmi(tmp_path / "scenario.json", invocations)

@@ -20,12 +20,12 @@ import pytest
 from conftest import running_lab
 from specconsole.actions import host_check
 from specconsole.actions.deploy import DeployRefused, DeployRequest, preflight
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.hosts import CommandResult
-from specconsole.lab.environment import Lab, LabOptions, write_draft_model
-from specconsole.lab.sglang_judge import sglang_python
-from specconsole.sglang import argcheck
+from specconsole.lab.doubles.sglang_judge import sglang_python
+from specconsole.lab.parts.environment import Lab, LabOptions, write_draft_model
+from specconsole.remote import argcheck
 from specconsole.sglang.unit import parse_unit
+from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, unit_digest, wait_healthy
 
 pytestmark = pytest.mark.xdist_group("host-check-lab")  # its module lab: one per run, not one per worker
@@ -130,7 +130,7 @@ async def test_the_plan_shows_what_sglang_resolved_and_no_host_check_says_it_ski
 @pytest.mark.usefixtures("lab_parts")
 async def test_a_launcher_that_is_not_python_falls_back_to_the_built_in_rules_in_one_line(tmp_path: Path) -> None:
     # the lab's DDTree build is a shell script (the build is in no release, real SGLang cannot be it)
-    from specconsole.lab.sglang_versions import DDTREE_VERSION
+    from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
 
     for lab in running_lab(tmp_path / "lab", LabOptions(trainer=False, sglang=True, sglang_startup_s=0.3,
                                                          sglang_load_rps=0, sglang_version=DDTREE_VERSION),

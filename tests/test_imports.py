@@ -16,7 +16,7 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_console_start_up_imports_no_heavy_package() -> None:
-    assert loaded_after("import specconsole.cli as c; c.build_parser(); import specconsole.ui.app") == set()
+    assert loaded_after("import specconsole.cli as c; c.build_parser(); import specconsole.ui.console.app") == set()
 
 
 def test_headless_modules_import_no_heavy_package() -> None:

@@ -16,7 +16,7 @@ import pytest
 from conftest import wait_for
 from specconsole import paths
 from specconsole.errors import ConfigError
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import alive, start_time
 
 pytestmark = pytest.mark.usefixtures("lab_parts")  # starts lab parts itself

@@ -13,8 +13,8 @@ from textual.widgets import DataTable, Static
 from specconsole.eval.store import ResultStore
 from specconsole.eval.suite import load_suite
 from specconsole.eval.zlab_import import is_benchmark_file, parse_blocks
-from specconsole.lab.eval_seed import OURS_LABEL, ZLAB_FILE, ZLAB_LABEL, seed
-from specconsole.ui.eval_pane import AVERAGE_ROW, EvalPane
+from specconsole.lab.parts.eval_seed import OURS_LABEL, ZLAB_FILE, ZLAB_LABEL, seed
+from specconsole.ui.panes.eval_pane import AVERAGE_ROW, EvalPane
 from test_eval_pane import PaneApp  # the pane alone, in an app of its own
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import alive
 
 pytestmark = pytest.mark.xdist_group("lab-read-only")  # its module lab: one per run, not one per worker

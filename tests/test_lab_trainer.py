@@ -1,4 +1,4 @@
-"""The lab's real training job (specconsole.lab.trainer) under a real torchrun.
+"""The lab's real training job (specconsole.lab.doubles.trainer) under a real torchrun.
 
 TORCHRUN TESTS: every ``test_torchrun_*`` here starts a real ``torchrun --nproc_per_node=2``
 (launcher + two gloo/DDP workers on CPU); select them with ``-k torchrun``. They take ~10 s
@@ -21,14 +21,14 @@ from conftest import wait_for
 from specconsole.config import HostConfig, TrainingConfig
 from specconsole.formats.training_log import LineKind, LineParser
 from specconsole.hosts.local import LocalHost
+from specconsole.lab.doubles.trainer import parse_args
 from specconsole.lab.procs import children
-from specconsole.lab.trainer import parse_args
 from specconsole.samples import Sample
 from specconsole.sources.training import TrainingSource
 from specconsole.sources.training_progress import TrainingProgress
 
 VENV_BIN = Path(sys.executable).parent
-TRAINER = ["-m", "specconsole.lab.trainer"]
+TRAINER = ["-m", "specconsole.lab.doubles.trainer"]
 
 
 def env() -> dict[str, str]:
@@ -51,7 +51,7 @@ def workers(launcher: int) -> dict[int, dict[str, str]]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"specconsole.lab.trainer" in cmd:
+        if b"specconsole.lab.doubles.trainer" in cmd:
             found[pid] = worker_env(pid)
     return found
 

@@ -15,11 +15,11 @@ import pytest
 
 from conftest import running_lab, wait_for
 from specconsole.actions.kill import find_job, kill_job
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.monitor import Fleet
+from specconsole.steps import StepEvent, Steps
 
 
 @pytest.fixture

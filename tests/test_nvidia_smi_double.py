@@ -21,7 +21,7 @@ from specconsole.formats.nvidia_smi import (
     parse_app_lines,
     parse_gpu_lines,
 )
-from specconsole.lab.nvidia_smi import DRIVER_MESSAGE
+from specconsole.lab.doubles.nvidia_smi import DRIVER_MESSAGE
 
 GPU_Q = "--query-gpu=" + ",".join(QUERY_GPU_FIELDS)
 APPS_Q = "--query-compute-apps=" + ",".join(QUERY_APPS_FIELDS)
@@ -63,7 +63,7 @@ def scenario(tmp_path):
 
 def smi(scenario: Path, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NVIDIA_SMI_SCENARIO": str(scenario)}
-    return subprocess.run([sys.executable, "-m", "specconsole.lab.nvidia_smi", *args],
+    return subprocess.run([sys.executable, "-m", "specconsole.lab.doubles.nvidia_smi", *args],
                           capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -73,7 +73,7 @@ class Loop:
     def __init__(self, scenario: Path, *args: str) -> None:
         env = {**os.environ, "NVIDIA_SMI_SCENARIO": str(scenario)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specconsole.lab.nvidia_smi", *args],
+            [sys.executable, "-m", "specconsole.lab.doubles.nvidia_smi", *args],
             stdout=subprocess.PIPE, text=True, env=env,
         )
         self.lines: queue.Queue[tuple[float, str | None]] = queue.Queue()

@@ -14,7 +14,7 @@ from specconsole import paths
 from specconsole.config import ConsoleSettings, default_config_path
 from specconsole.eval.store import default_results_dir
 from specconsole.eval.suite import default_suite_path
-from specconsole.ui.themes import load_themes, theme_dirs
+from specconsole.ui.style.themes import load_themes, theme_dirs
 
 LIGHT = (Path(__file__).resolve().parents[1] / "src" / "specconsole" / "data" / "themes" / "light.toml").read_text()
 
@@ -53,7 +53,7 @@ def test_user_themes_load_from_the_xdg_config_folder(xdg: tuple[Path, Path]) -> 
 
 def test_lab_and_demo_folders_follow_xdg_state_home(xdg: tuple[Path, Path]) -> None:
     _, state = xdg
-    probe = ("import json; from specconsole.lab.environment import default_demo_dir, default_lab_dir\n"
+    probe = ("import json; from specconsole.lab.parts.environment import default_demo_dir, default_lab_dir\n"
              "print(json.dumps([str(default_lab_dir()), str(default_demo_dir())]))")
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=os.environ)
     assert res.returncode == 0, res.stderr

@@ -12,34 +12,34 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions.kill import process_table
 from specconsole.actions.on_demand import connect_on_demand
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import load_config
 from specconsole.hosts import ConnState
-from specconsole.lab import prom_fleet
-from specconsole.lab.environment import Lab, LabOptions, console_and_ssh, toml_str
+from specconsole.lab.parts.environment import Lab, LabOptions, console_and_ssh, toml_str
+from specconsole.lab.testing import prometheus_fleet
 from specconsole.monitor import Fleet
+from specconsole.process_tree import process_table
 from specconsole.report import status_json, status_text
-from specconsole.ui.format import badge
+from specconsole.steps import StepEvent, Steps
+from specconsole.ui.style.formatting import badge
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
-def labs(tmp_path: Path, lab_parts: None) -> Iterator[tuple[Lab, prom_fleet.PromLab]]:
+def labs(tmp_path: Path, lab_parts: None) -> Iterator[tuple[Lab, prometheus_fleet.PromLab]]:
     """The lab's two sshd hosts and a real Prometheus scraping the DCGM double's node-000."""
-    if prom_fleet.prometheus_binary() is None:
+    if prometheus_fleet.prometheus_binary() is None:
         pytest.skip("the prometheus binary is absent (apt-get install prometheus)")
     for lab in running_lab(tmp_path / "lab", LabOptions(trainer=False, sglang=False)):
-        prom = prom_fleet.start(tmp_path / "prom", hosts=1, gpus=2, scrape_interval_s=0.5)
+        prom = prometheus_fleet.start(tmp_path / "prom", hosts=1, gpus=2, scrape_interval_s=0.5)
         try:
             yield lab, prom
         finally:
             prom.stop()
 
 
-def _config(lab: Lab, prom: prom_fleet.PromLab, tmp_path: Path) -> Path:
+def _config(lab: Lab, prom: prometheus_fleet.PromLab, tmp_path: Path) -> Path:
     serve = lab.state.hosts["serve"]
     path = tmp_path / "console.toml"
     path.write_text(f"""{console_and_ssh(lab, tmp_path / "audit.log", tmp_path / "state", connect_timeout_s=5)}
@@ -74,7 +74,7 @@ def _logins(lab: Lab) -> int:
 
 
 async def test_prometheus_fed_ssh_host_connects_only_when_an_action_needs_it(
-        labs: tuple[Lab, prom_fleet.PromLab], tmp_path: Path) -> None:
+        labs: tuple[Lab, prometheus_fleet.PromLab], tmp_path: Path) -> None:
     lab, prom = labs
     await asyncio.to_thread(prom.wait_scraped, 60.0)
     fleet = Fleet(load_config(_config(lab, prom, tmp_path)))
@@ -119,7 +119,7 @@ async def test_prometheus_fed_ssh_host_connects_only_when_an_action_needs_it(
 
 
 async def test_a_command_on_an_on_demand_host_opens_the_connection_itself(
-        labs: tuple[Lab, prom_fleet.PromLab], tmp_path: Path) -> None:
+        labs: tuple[Lab, prometheus_fleet.PromLab], tmp_path: Path) -> None:
     """Logs, eval, checkpoints and tunnels use the host directly: the first command connects."""
     lab, prom = labs
     fleet = Fleet(load_config(_config(lab, prom, tmp_path)))

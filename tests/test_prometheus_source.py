@@ -21,10 +21,10 @@ from conftest import shared_sglang_judge, wait_for
 from specconsole.config import load_config, parse_config
 from specconsole.errors import ConfigError
 from specconsole.formats.nvidia_smi import GpuState
-from specconsole.lab import prom_fleet
-from specconsole.lab.dcgm_exporter import FB_RESERVED_MIB, FB_TOTAL_MIB, MODEL, expected, gpu_uuid
-from specconsole.lab.dcgm_exporter import Fleet as ExporterFleet
-from specconsole.lab.environment import free_port
+from specconsole.lab.doubles.dcgm_exporter import FB_RESERVED_MIB, FB_TOTAL_MIB, MODEL, expected, gpu_uuid
+from specconsole.lab.doubles.dcgm_exporter import Fleet as ExporterFleet
+from specconsole.lab.parts.environment import free_port
+from specconsole.lab.testing import prometheus_fleet
 from specconsole.monitor import Fleet
 from specconsole.sources.prometheus import (
     FB_RESERVED,
@@ -37,7 +37,7 @@ from specconsole.sources.prometheus import (
     uses_prometheus,
 )
 from specconsole.sources.sglang import ServerState
-from specconsole.ui.history import History
+from specconsole.ui.panes.history import History
 
 HOSTS, GPUS = 3, 2
 
@@ -149,7 +149,7 @@ def test_the_exporter_double_publishes_fb_reserved_unless_told_not_to() -> None:
 
 # -- through a real Prometheus -----------------------------------------------------------------
 def _need_prometheus() -> None:
-    if prom_fleet.prometheus_binary() is None:
+    if prometheus_fleet.prometheus_binary() is None:
         pytest.skip("the prometheus binary is absent (apt-get install prometheus; "
                     "scripts/setup.sh installs it)")
 
@@ -163,7 +163,7 @@ def _start_sim(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     shared_sglang_judge()
     env = dict(os.environ, SGLANG_SIM_STARTUP_S="0.2", SGLANG_SIM_STEP_MS="1")
     with (tmp_path / "sim.err").open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",
+        proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.doubles.sglang_sim", "serve",
                                  "--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm",
                                  "DFLASH", "--speculative-draft-model-path", str(draft),
                                  "--enable-metrics", "--port", str(port)],
@@ -184,12 +184,12 @@ def _start_sim(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 @pytest.fixture
-def prom_lab(tmp_path: Path) -> Iterator[tuple[prom_fleet.PromLab, str]]:
+def prom_lab(tmp_path: Path) -> Iterator[tuple[prometheus_fleet.PromLab, str]]:
     _need_prometheus()
     sim, sim_url = _start_sim(tmp_path)
     lab = None
     try:
-        lab = prom_fleet.start(tmp_path / "prom", hosts=HOSTS, gpus=GPUS, scrape_interval_s=0.5,
+        lab = prometheus_fleet.start(tmp_path / "prom", hosts=HOSTS, gpus=GPUS, scrape_interval_s=0.5,
                                sglang_targets={"serve-0": sim_url})
         yield lab, sim_url
     finally:
@@ -205,10 +205,10 @@ def prom_lab(tmp_path: Path) -> Iterator[tuple[prom_fleet.PromLab, str]]:
 
 @pytest.mark.lab
 async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
-        prom_lab: tuple[prom_fleet.PromLab, str], tmp_path: Path) -> None:
+        prom_lab: tuple[prometheus_fleet.PromLab, str], tmp_path: Path) -> None:
     lab, sim_url = prom_lab
     await asyncio.to_thread(lab.wait_scraped, 60.0, 4)  # history exists before the console
-    cfg_path = prom_fleet.write_console_config(tmp_path / "console.toml", lab, interval_s=0.5,
+    cfg_path = prometheus_fleet.write_console_config(tmp_path / "console.toml", lab, interval_s=0.5,
                                                history_s=60, serve_hosts={"serve-0": sim_url})
     config = load_config(cfg_path)
     fleet = Fleet(config)
@@ -267,9 +267,9 @@ async def test_fleet_reads_gpus_sglang_and_history_through_prometheus(
 
 @pytest.mark.lab
 async def test_prometheus_down_marks_fed_hosts_stale_with_the_reason_then_recovers(
-        prom_lab: tuple[prom_fleet.PromLab, str], tmp_path: Path) -> None:
+        prom_lab: tuple[prometheus_fleet.PromLab, str], tmp_path: Path) -> None:
     lab, sim_url = prom_lab
-    config = load_config(prom_fleet.write_console_config(
+    config = load_config(prometheus_fleet.write_console_config(
         tmp_path / "console.toml", lab, interval_s=0.3, timeout_s=1, history_s=0,
         serve_hosts={"serve-0": sim_url}))
     fleet = Fleet(config)
@@ -313,17 +313,17 @@ async def test_prometheus_down_marks_fed_hosts_stale_with_the_reason_then_recove
 
 @pytest.mark.lab
 async def test_console_plots_start_with_prometheus_history(
-        prom_lab: tuple[prom_fleet.PromLab, str], tmp_path: Path) -> None:
+        prom_lab: tuple[prometheus_fleet.PromLab, str], tmp_path: Path) -> None:
     """The TUI reading through Prometheus: GPU rows of every host, plots seeded from query_range
     with the scrapes from before the console started."""
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.panes import HostPane
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+    from specconsole.ui.console.app import ConsoleApp
+    from specconsole.ui.panes.host_pane import HostPane
+    from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
     lab, sim_url = prom_lab
     await asyncio.to_thread(lab.wait_scraped, 60.0, 4)
     started = time.time()
-    config = load_config(prom_fleet.write_console_config(
+    config = load_config(prometheus_fleet.write_console_config(
         tmp_path / "console.toml", lab, interval_s=0.5, history_s=60,
         serve_hosts={"serve-0": sim_url}))
     app = ConsoleApp(config, themes=load_themes([BUNDLED_DIR]), handle_signals=False)

@@ -210,7 +210,7 @@ def _local_config(tmp_path: Path, recorder: str = "") -> Path:
 
 def test_the_console_records_by_default_into_its_state_folder(tmp_path: Path) -> None:
     from specconsole.config import load_config
-    from specconsole.ui.app import ConsoleApp, _start_recorder
+    from specconsole.ui.console.app import ConsoleApp, _start_recorder
 
     app = ConsoleApp(load_config(_local_config(tmp_path)))
     recorder = _start_recorder(app)

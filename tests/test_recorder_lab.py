@@ -21,17 +21,17 @@ import pytest
 from conftest import running_lab, wait_for
 from specconsole.actions.deploy import DeployRequest, execute, preflight
 from specconsole.actions.kill import find_job, kill_job
-from specconsole.actions.steps import StepEvent, Steps, audit
 from specconsole.cli import main
 from specconsole.config import load_config
-from specconsole.lab.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import children
 from specconsole.monitor import Fleet
 from specconsole.recorder.recorder import start_recording
 from specconsole.recorder.recording import Recording
-from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.replay import ReplayApp, ReplayFleet, replay_config
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.steps import StepEvent, Steps, audit
+from specconsole.ui.console.replay import ReplayApp, ReplayFleet, replay_config
+from specconsole.ui.panes.action_view import ActionPanel
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.xdist_group("recorder-lab")  # one module lab per run
 

@@ -11,9 +11,9 @@ import sample_data as sd
 from conftest import wait_for
 from recording_sample import T0, alert, record_synthetic, steps_as_events
 from specconsole.recorder.recording import Recording
-from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.replay import ReplayApp, ReplayFleet, TimelineBar, replay_config
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.replay import ReplayApp, ReplayFleet, TimelineBar, replay_config
+from specconsole.ui.panes.action_view import ActionPanel
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 
 def replay_app(tmp_path: Path, start: float, speed: float = 1.0) -> tuple[ReplayApp, ReplayFleet]:

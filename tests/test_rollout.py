@@ -22,13 +22,14 @@ import pytest
 from conftest import running_lab, wait_for
 from specconsole.actions import rollout
 from specconsole.actions.deploy import DeployRequest
-from specconsole.actions.steps import StepEvent
 from specconsole.config import load_config
+from specconsole.eval.suite import gate_prompts
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab import serve_fleet
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.router_load import RouterLoad
-from specconsole.lab.serving_unit import WEAK_DRAFT_MODEL
+from specconsole.lab.doubles.models import WEAK_DRAFT_MODEL
+from specconsole.lab.parts import serve_replicas
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.lab.testing.router_load import RouterLoad
+from specconsole.steps import StepEvent
 
 pytestmark = pytest.mark.xdist_group("rollout-lab")  # one 3-replica lab for the module
 NAMES = ["serve", "serve2", "serve3"]
@@ -55,7 +56,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator
 
 
 def info(lab: Lab, name: str) -> dict[str, Any]:
-    with urllib.request.urlopen(serve_fleet.worker_url(lab, name) + "/server_info", timeout=5) as r:
+    with urllib.request.urlopen(serve_replicas.worker_url(lab, name) + "/server_info", timeout=5) as r:
         return dict(json.loads(r.read()))
 
 
@@ -64,11 +65,11 @@ def infos(lab: Lab) -> dict[str, dict[str, Any]]:
 
 
 def in_router(lab: Lab) -> list[str]:
-    return sorted(serve_fleet.router_workers(lab))
+    return sorted(serve_replicas.router_workers(lab))
 
 
 def all_urls(lab: Lab) -> list[str]:
-    return sorted(serve_fleet.worker_url(lab, n) for n in NAMES)
+    return sorted(serve_replicas.worker_url(lab, n) for n in NAMES)
 
 
 async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent, asyncio.Event], None] | None = None,
@@ -77,7 +78,7 @@ async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent
     config = load_config(lab.config_path)
     chosen = rollout.select(config, "serve*")
     opts = rollout.options(config, request, gate=gate, canary_wait_s=canary_wait_s, drain_timeout_s=drain_timeout_s,
-                           operator="test")
+                           operator="test", gate_prompts=gate_prompts)
     hosts = [SshHost(c) for c in chosen]
     events: list[StepEvent] = []
     abort = asyncio.Event()
@@ -113,7 +114,7 @@ def longest_silence(events: list[StepEvent]) -> tuple[float, str]:
 async def test_window_16_to_32_promotes_all_three_under_load(fleet: Lab) -> None:
     assert {i["speculative_draft_window_size"] for i in infos(fleet).values()} == {16}
     assert in_router(fleet) == all_urls(fleet)
-    with RouterLoad(serve_fleet.router_url(fleet), concurrency=3) as load:
+    with RouterLoad(serve_replicas.router_url(fleet), concurrency=3) as load:
         out, events = await run(fleet, DeployRequest(draft_window=32, health_timeout_s=60), canary_wait_s=1.0)
         stats = load.stop()
     assert out.ok, out.message
@@ -142,7 +143,7 @@ async def test_window_16_to_32_promotes_all_three_under_load(fleet: Lab) -> None
 
 async def test_weaker_draft_fails_the_gate_on_the_canary_and_is_rolled_back(fleet: Lab) -> None:
     before = infos(fleet)
-    weak = serve_fleet.models_dir(fleet) / WEAK_DRAFT_MODEL
+    weak = serve_replicas.models_dir(fleet) / WEAK_DRAFT_MODEL
     out, events = await run(fleet, DeployRequest(draft_model=str(weak), health_timeout_s=60))
     assert not out.ok and "gate FAILED" in out.message and "acceptance length" in out.message
     canary, *rest = out.replicas
@@ -162,7 +163,7 @@ async def test_a_failed_gate_after_the_hold_timed_out_still_rolls_the_canary_bac
     """A gate slower than the drain timeout: the agent stopped holding and put the canary back on the
     new (weak) draft before the verdict; the rollout sees that and restores it anyway."""
     before = infos(fleet)
-    weak = serve_fleet.models_dir(fleet) / WEAK_DRAFT_MODEL
+    weak = serve_replicas.models_dir(fleet) / WEAK_DRAFT_MODEL
     out, events = await run(fleet, DeployRequest(draft_model=str(weak), health_timeout_s=60), drain_timeout_s=0.05)
     assert not out.ok and "gate FAILED" in out.message
     assert out.replicas[0].verdict_seen == "timeout"
@@ -176,7 +177,7 @@ async def test_a_failed_gate_after_the_hold_timed_out_still_rolls_the_canary_bac
 
 
 async def test_crash_looping_config_rolls_back_the_canary(fleet: Lab) -> None:
-    bad = serve_fleet.models_dir(fleet) / "dflash-truncated"
+    bad = serve_replicas.models_dir(fleet) / "dflash-truncated"
     bad.mkdir(exist_ok=True)
     shutil.copyfile(fleet.draft_model_dir() / "config.json", bad / "config.json")
     (bad / "model.safetensors").write_bytes(b"\x00\x01")
@@ -225,7 +226,7 @@ def test_abort_mid_rollout_rolls_back_what_changed(fleet: Lab) -> None:
 
 
 def test_bad_gate_and_unreachable_router_are_one_line_errors(tmp_path: Path) -> None:
-    from specconsole.lab.lab_state import free_port
+    from specconsole.lab.parts.state import free_port
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(f"""[console]
@@ -271,7 +272,7 @@ def test_console_killed_while_the_canary_is_held_the_agent_puts_it_back(fleet: L
             killed = time.monotonic()
             break
     proc.wait(10)
-    serve_url = serve_fleet.worker_url(fleet, "serve")
+    serve_url = serve_replicas.worker_url(fleet, "serve")
     # held out for the gate (a console slowed by a loaded machine may see its gate step late: the margin)
     assert serve_url not in in_router(fleet), (time.monotonic() - killed, seen[-30:])
     assert wait_for(lambda: in_router(fleet) == all_urls(fleet), 30, step=0.2)
@@ -289,12 +290,12 @@ async def test_console_r_rolls_out_the_marked_replicas_and_x_aborts(fleet: Lab, 
 
     from textual.widgets import Button, Input
 
-    from specconsole.ui.action_view import ActionPanel
-    from specconsole.ui.app import ConsoleApp
-    from specconsole.ui.deploy_screen import DeployForm
-    from specconsole.ui.fleet_view import FleetTable
-    from specconsole.ui.plan_screen import PlanScreen
-    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+    from specconsole.ui.console.app import ConsoleApp
+    from specconsole.ui.fleet.fleet_view import FleetTable
+    from specconsole.ui.panes.action_view import ActionPanel
+    from specconsole.ui.screens.deploy_form import DeployForm
+    from specconsole.ui.screens.plan import PlanScreen
+    from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
     before = infos(fleet)
     window = before["serve"]["speculative_draft_window_size"]

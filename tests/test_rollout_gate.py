@@ -12,9 +12,9 @@ from specconsole.actions.deploy import DeployRequest
 from specconsole.actions.gate import Figures, GateError, Threshold, judge, parse_gate
 from specconsole.actions.rollout import Replica, RolloutOptions, _canary_wait
 from specconsole.actions.rollout_board import Board
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import RouterConfig, parse_config
 from specconsole.hosts.local import LocalHost
+from specconsole.steps import StepEvent, Steps
 from tiny_http import TinyServer
 
 

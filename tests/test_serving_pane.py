@@ -13,12 +13,13 @@ from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample
 from specconsole.sources.sglang import ServerState, SglangSnapshot
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.fleet_rows import DerivedCache, fleet_row
-from specconsole.ui.panes import ServingPane, SummaryBar
-from specconsole.ui.provider import FixedStatuses
-from specconsole.ui.text_block import TextBlock
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.console.provider import FixedStatuses
+from specconsole.ui.fleet.fleet_rows import DerivedCache, fleet_row
+from specconsole.ui.fleet.summary_bar import SummaryBar
+from specconsole.ui.panes.serving_pane import ServingPane
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.widgets.text_block import TextBlock
 
 pytestmark = pytest.mark.timeout(120)
 NOW = sd.FROZEN_NOW

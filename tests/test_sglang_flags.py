@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.lab import sglang_versions
-from specconsole.lab.sglang_versions import BASE_VERSION, DDTREE_VERSION
+from specconsole.lab.doubles import sglang_versions
+from specconsole.lab.doubles.sglang_versions import BASE_VERSION, DDTREE_VERSION
 from specconsole.sglang.flags import Argv, SglangCli
 from specconsole.sglang.info import ServerInfo
 from specconsole.sglang.logs import worker_facts, worker_log_command
-from specconsole.ui.serving_facts import deployment_lines
+from specconsole.ui.panes.serving_facts import deployment_lines
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REAL_HELP = (SHARED / "fixtures" / "sglang" / "serve-help-0.5.23.txt").read_text()

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from conftest import shared_sglang_judge, wait_for
-from specconsole.lab import sglang_sim
-from specconsole.lab.lab_state import free_port
+from specconsole.lab.doubles import sglang_sim
+from specconsole.lab.parts.state import free_port
 from specconsole.sglang import SglangClient, SglangError
 
 pytestmark = pytest.mark.xdist_group("sglang-sim")  # its module simulators: one set per run, not one per worker
@@ -63,14 +63,14 @@ def sim_env(**extra: str) -> dict[str, str]:
 
 def start_sim(args: list[str], workdir: Path, *, wait: str | None = "ready",
               **env: str) -> Sim:
-    """Start ``python -m specconsole.lab.sglang_sim serve ARGS`` on a free loopback port.
+    """Start ``python -m specconsole.lab.doubles.sglang_sim serve ARGS`` on a free loopback port.
 
     ``wait``: "ready" (until /health is 200), "listening" (first HTTP answer) or None.
     """
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     out, err = workdir / f"sim-{port}.out", workdir / f"sim-{port}.err"
-    cmd = [sys.executable, "-m", "specconsole.lab.sglang_sim", "serve", *args,
+    cmd = [sys.executable, "-m", "specconsole.lab.doubles.sglang_sim", "serve", *args,
            "--host", "127.0.0.1", "--port", str(port)]
     with out.open("wb") as fo, err.open("wb") as fe:
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=sim_env(**env))
@@ -96,7 +96,7 @@ def wait_sim(sim: Sim, *, ready: bool, timeout: float = 30.0) -> None:
 
 
 def run_sim(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve", *args],
+    return subprocess.run([sys.executable, "-m", "specconsole.lab.doubles.sglang_sim", "serve", *args],
                           capture_output=True, text=True, timeout=30, env=sim_env(**env))
 
 

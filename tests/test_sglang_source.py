@@ -22,8 +22,8 @@ from conftest import shared_sglang_judge, wait_for
 from specconsole.config import HostConfig, SglangConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab.environment import Lab
-from specconsole.lab.lab_state import free_port
+from specconsole.lab.parts.environment import Lab
+from specconsole.lab.parts.state import free_port
 from specconsole.samples import Sample
 from specconsole.sglang import SglangClient, SglangError, parse_metrics
 from specconsole.sources.sglang import ServerState, SglangSnapshot, SglangSource
@@ -93,7 +93,7 @@ def start_sim(tmp_path: Path, *args: str, startup_s: str = "1.0",
     shared_sglang_judge()
     env = dict(os.environ, SGLANG_SIM_STARTUP_S=startup_s, SGLANG_SIM_STEP_MS="1", **(env or {}))
     err = (tmp_path / "sim.err").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.sglang_sim", "serve",
+    proc = subprocess.Popen([sys.executable, "-m", "specconsole.lab.doubles.sglang_sim", "serve",
                              *args, "--port", str(port)], stdout=subprocess.DEVNULL,
                             stderr=err, env=env)
     err.close()

@@ -32,9 +32,9 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.lab.fleet import write_fleet_config, write_training_log
+from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import alive, sessions, with_environ
+from specconsole.lab.testing.synthetic_fleet import write_fleet_config, write_training_log
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("signals-lab")]  # one module lab per run
 

@@ -13,7 +13,7 @@ from conftest import wait_for
 from specconsole.config import load_config
 from specconsole.hosts import ConnState
 from specconsole.hosts.ssh import SshHost
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 
 
 async def test_an_invalid_ssh_config_is_the_hosts_one_line_error_and_fixing_it_connects(

@@ -12,7 +12,7 @@ import pytest
 from specconsole.errors import HostKeyError
 from specconsole.hosts.ssh import SshHost
 from specconsole.hosts.ssh_files import shared_client_keys, shared_known_hosts
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 from test_ssh_host import host_config
 
 

@@ -17,7 +17,7 @@ from specconsole.config import HostConfig, load_config
 from specconsole.errors import HostKeyError, HostUnavailable
 from specconsole.hosts import ConnState
 from specconsole.hosts.ssh import SshHost, backoff_delay
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 
 
 def host_config(lab: Lab, name: str = "train", **ssh: object) -> HostConfig:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import wait_for
-from specconsole.lab.environment import Lab, free_port
+from specconsole.lab.parts.environment import Lab, free_port
 from specconsole.report import sample_json, status_text
 from specconsole.samples import Sample
 

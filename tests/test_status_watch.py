@@ -18,7 +18,7 @@ from specconsole.config import GpuConfig, HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
 from specconsole.hosts.local import LocalHost
-from specconsole.lab.smi_stream import SmiLines, query_gpu_rows
+from specconsole.lab.testing.smi_stream import SmiLines, query_gpu_rows
 from specconsole.report import status_json
 from specconsole.samples import Sample
 from specconsole.sources.nvidia_smi import NvidiaSmiSource

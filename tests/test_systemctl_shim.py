@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 from conftest import wait_for
-from specconsole.lab import systemctl_shim
+from specconsole.lab.doubles import systemctl_shim
 
 
 def _shim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specconsole.lab.systemctl_shim", *args],
+    return subprocess.run([sys.executable, "-m", "specconsole.lab.doubles.systemctl_shim", *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -35,8 +35,9 @@ def test_a_follower_started_after_a_cursor_misses_no_line(tmp_path: Path) -> Non
     cursor = shown.stdout.splitlines()[-1].removeprefix("-- cursor: ")
     with log.open("a") as f:  # written after the cursor, before the follower starts: the race it closes
         f.write("Shutting down\n")
-    follower = subprocess.Popen([sys.executable, "-m", "specconsole.lab.systemctl_shim", "--journal", str(tmp_path),
-                                 "journalctl3", "-u", "sglang.service", "-f", f"--after-cursor={cursor}", "--no-pager"],
+    follower = subprocess.Popen([sys.executable, "-m", "specconsole.lab.doubles.systemctl_shim", "--journal",
+                                 str(tmp_path), "journalctl3", "-u", "sglang.service", "-f",
+                                 f"--after-cursor={cursor}", "--no-pager"],
                                 stdout=subprocess.PIPE, text=True)
     try:
         time.sleep(0.3)

@@ -12,7 +12,7 @@ from textual.content import Content
 from textual.visual import Visual
 from textual.widgets import Static
 
-from specconsole.ui.text_block import TextBlock, markup_content
+from specconsole.ui.widgets.text_block import TextBlock, markup_content
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -35,35 +35,36 @@ def hook(condition: bool, what: str, user: str) -> None:
 
 
 def test_the_compositor_hooks() -> None:
-    user = "src/specconsole/ui/app.py (screen_text)"
+    user = "src/specconsole/ui/console/app.py (screen_text)"
     hook("self._compositor = Compositor()" in _source(Screen.__init__), "Screen._compositor", user)
     hook(params_of(_compositor.Compositor, "render_update")[:3] == ["self", "full", "screen_stack"],
          "Compositor.render_update(full, screen_stack)", user)
 
 
 def test_the_app_and_driver_hooks() -> None:
-    hook("self._driver" in _source(App.__init__), "App._driver", "src/specconsole/ui/app_leaving.py")
-    hook("self._app = app" in _source(Driver.__init__), "Driver._app", "src/specconsole/ui/quit_key.py")
-    hook(hasattr(Driver, "process_message"), "Driver.process_message", "src/specconsole/ui/quit_key.py")
+    hook("self._driver" in _source(App.__init__), "App._driver", "src/specconsole/ui/console/app_leaving.py")
+    hook("self._app = app" in _source(Driver.__init__), "Driver._app", "src/specconsole/ui/console/quit_key.py")
+    hook(hasattr(Driver, "process_message"), "Driver.process_message", "src/specconsole/ui/console/quit_key.py")
     linux = _source(LinuxDriver)
     hook("self.attrs_before" in linux and "self.fileno" in linux, "LinuxDriver.attrs_before / fileno",
-         "src/specconsole/ui/app_leaving.py (Leaving.restore_terminal)")
+         "src/specconsole/ui/console/app_leaving.py (Leaving.restore_terminal)")
     for name in ("stop_application_mode", "close"):
-        hook(hasattr(LinuxDriver, name), f"LinuxDriver.{name}", "src/specconsole/ui/app_leaving.py")
+        hook(hasattr(LinuxDriver, name), f"LinuxDriver.{name}", "src/specconsole/ui/console/app_leaving.py")
 
 
 def test_the_toast_hooks() -> None:
-    user = "src/specconsole/ui/app_actions.py (ConsoleActions.drop_echoes)"
+    user = "src/specconsole/ui/console/app_actions.py (ConsoleActions.drop_echoes)"
     hook("self._notifications" in _source(App.__init__), "App._notifications", user)
     hook(hasattr(App, "_unnotify"), "App._unnotify", user)
 
 
 def test_the_widget_hooks() -> None:
-    hook("_component_styles" in _source(Widget), "Widget._component_styles", "src/specconsole/ui/widgets.py (PlotRow)")
+    hook("_component_styles" in _source(Widget), "Widget._component_styles",
+         "src/specconsole/ui/widgets/plot_row.py (PlotRow)")
 
 
 def test_the_console_does_not_shadow_textuals_own_bookkeeping() -> None:
-    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.console.app import ConsoleApp
 
     textual_names = {n for n in ("_loop", "_thread_id") if f"self.{n}" in _source(App)}
     ours = _source(ConsoleApp)

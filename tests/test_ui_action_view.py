@@ -18,15 +18,15 @@ from textual.widgets import Button, Input, Select, Static
 import sample_data as sd
 from conftest import wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
-from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import parse_config
-from specconsole.lab.lab_state import free_port
-from specconsole.ui.action_view import ActionPanel, ActionTrack
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.deploy_screen import DeployForm, algorithm_choices
-from specconsole.ui.panes import EventList
-from specconsole.ui.plan_screen import PlanScreen, flag_rows
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.lab.parts.state import free_port
+from specconsole.steps import StepEvent, Steps
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.panes.action_view import ActionPanel, ActionTrack
+from specconsole.ui.panes.events_pane import EventList
+from specconsole.ui.screens.deploy_form import DeployForm, algorithm_choices
+from specconsole.ui.screens.plan import PlanScreen, flag_rows
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,14 +15,14 @@ from textual.widgets import Button, Input, Select, Static
 
 from conftest import click, running_lab, wait_for
 from specconsole.config import load_config
-from specconsole.lab.environment import Lab, LabOptions
-from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.deploy_screen import DeployForm
-from specconsole.ui.panes import EventsPane
-from specconsole.ui.plan_screen import PlanScreen
-from specconsole.ui.screens import ConfirmScreen
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.panes.action_view import ActionPanel
+from specconsole.ui.panes.events_pane import EventsPane
+from specconsole.ui.screens.confirm import ConfirmScreen
+from specconsole.ui.screens.deploy_form import DeployForm
+from specconsole.ui.screens.plan import PlanScreen
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(240)
 

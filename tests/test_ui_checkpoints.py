@@ -17,13 +17,13 @@ from textual.widgets import Button, Input, Static
 
 from conftest import wait_for
 from specconsole.config import Config, load_config
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.checkpoints_pane import CheckpointTable
-from specconsole.ui.deploy_screen import DeployForm
-from specconsole.ui.panes import EventsPane
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.panes.checkpoints_pane import CheckpointTable
+from specconsole.ui.panes.events_pane import EventsPane
+from specconsole.ui.screens.deploy_form import DeployForm
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,7 +8,7 @@ from textual.widgets import Button, Input, Select, Static
 
 from conftest import click, wait_for
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
-from specconsole.ui.deploy_screen import DeployForm
+from specconsole.ui.screens.deploy_form import DeployForm
 
 VALUES = {"algorithm": "DFLASH", "draft_window": "16", "block_size": "", "tree_budget": "",
           "draft_model": "/models/dflash-b16"}
@@ -99,7 +99,7 @@ def test_the_form_opens_on_the_running_ddtree_settings() -> None:
     from specconsole.samples import Sample
     from specconsole.sglang import ServerInfo
     from specconsole.sources.sglang import ServerState, SglangSnapshot
-    from specconsole.ui.deploy_screen import prefill
+    from specconsole.ui.screens.deploy_form import prefill
 
     cfg = parse_config({"hosts": [{"name": "serve", "role": "serve", "connect": "local",
                                    "sglang": {"base_url": "http://127.0.0.1:30000"}}]}, "<test>").host("serve")

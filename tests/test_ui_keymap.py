@@ -9,9 +9,9 @@ import pytest
 
 import sample_data as sd
 from conftest import wait_for
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.screens import HelpScreen
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.screens.help import HelpScreen
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 import sample_data as sd
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.eval_pane import EvalPane
-from specconsole.ui.panes import EventsPane, HostPane
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.panes.eval_pane import EvalPane
+from specconsole.ui.panes.events_pane import EventsPane
+from specconsole.ui.panes.host_pane import HostPane
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -117,7 +118,7 @@ def test_gpu_summary_counts_missing_gpus_and_colours_the_worst() -> None:
     from dataclasses import replace
 
     from specconsole.formats.nvidia_smi import GpuSnapshot, GpuState
-    from specconsole.ui.format import Palette, gpu_summary
+    from specconsole.ui.style.formatting import Palette, gpu_summary
 
     palette = Palette()
     train = sd.sample_statuses()[0].gpu

@@ -14,10 +14,13 @@ import pytest
 
 from conftest import wait_for
 from specconsole.config import Config, load_config
-from specconsole.lab.environment import Lab
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.panes import HostPane, ServingPane, SummaryBar, TrainingPane
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.lab.parts.environment import Lab
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.fleet.summary_bar import SummaryBar
+from specconsole.ui.panes.host_pane import HostPane
+from specconsole.ui.panes.serving_pane import ServingPane
+from specconsole.ui.panes.training_pane import TrainingPane
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from specconsole.lab.environment import Lab
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.panes import EventsPane, TrainingPane
+from specconsole.lab.parts.environment import Lab
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.panes.events_pane import EventsPane
+from specconsole.ui.panes.training_pane import TrainingPane
 from test_ui_live import host_pane, lab_config, make_app
 
 pytestmark = pytest.mark.timeout(180)

@@ -13,11 +13,11 @@ from fleet_sample import fixed_fleet, fleet_config
 from specconsole.actions.gate import Figures
 from specconsole.actions.rollout import Replica
 from specconsole.actions.rollout_board import Board
-from specconsole.actions.steps import StepEvent
-from specconsole.ui.action_view import ActionPanel
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.fleet_view import FleetTable
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.steps import StepEvent
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.fleet.fleet_view import FleetTable
+from specconsole.ui.panes.action_view import ActionPanel
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
 NOW = sd.FROZEN_NOW
@@ -106,7 +106,7 @@ async def test_a_replica_done_is_its_board_line_not_a_toast_the_rollout_s_end_is
 async def test_the_fleet_view_names_the_rollout_keys_when_a_router_is_configured(tmp_path: Path) -> None:
     """Without it, m and R (not in the footer) were found only through the help screen."""
     from specconsole.config import RouterConfig
-    from specconsole.ui.fleet_view import FleetView
+    from specconsole.ui.fleet.fleet_view import FleetView
 
     config = fleet_config(4, str(tmp_path / "state"))
     assert config.router is None

@@ -13,12 +13,14 @@ import pytest
 
 import sample_data as sd
 from conftest import wait_for
-from specconsole.ui.app import ConsoleApp
-from specconsole.ui.palette import ActionsProvider
-from specconsole.ui.panes import EventsPane, HostPane
+from specconsole.ui.console.app import ConsoleApp
+from specconsole.ui.console.command_palette import ActionsProvider
+from specconsole.ui.panes.events_pane import EventsPane
+from specconsole.ui.panes.host_pane import HostPane
 from specconsole.ui.registry import REGISTRY, key_display
-from specconsole.ui.screens import ConfirmScreen, HelpScreen
-from specconsole.ui.themes import BUNDLED_DIR, load_themes
+from specconsole.ui.screens.confirm import ConfirmScreen
+from specconsole.ui.screens.help import HelpScreen
+from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -21,7 +21,7 @@ from textual.pilot import Pilot
 
 import sample_data as sd
 from specconsole.hosts import ConnState
-from specconsole.ui.app import ConsoleApp
+from specconsole.ui.console.app import ConsoleApp
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,7 +93,7 @@ def action_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConsoleApp:
 
 
 async def deploy_running(pilot: Pilot[Any]) -> None:
-    from specconsole.ui.flows import serving_state
+    from specconsole.ui.flows.flows import serving_state
 
     app: ConsoleApp = pilot.app  # type: ignore[assignment]
     await settle(pilot)
@@ -116,7 +116,7 @@ def test_deploy_running(snap_compare: Any, tmp_path: Path, monkeypatch: pytest.M
 
 def test_plan_dialog_80x24(snap_compare: Any, tmp_path: Path) -> None:
     """The plan fits: flags current → new on one line, unchanged ones behind a count, buttons visible."""
-    from specconsole.ui.plan_screen import PlanScreen
+    from specconsole.ui.screens.plan import PlanScreen
 
     async def open_plan(pilot: Pilot[Any]) -> None:
         await settle(pilot)
@@ -131,7 +131,7 @@ def test_deploy_form_error_in_place_80x24(snap_compare: Any, tmp_path: Path) -> 
     """The wizard at 80x24: a bad window is marked beside its field and the form stays open."""
     from textual.widgets import Input
 
-    from specconsole.ui.deploy_screen import DeployForm
+    from specconsole.ui.screens.deploy_form import DeployForm
 
     async def bad_window(pilot: Pilot[Any]) -> None:
         await settle(pilot)

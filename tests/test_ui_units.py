@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specconsole.ui import format as fmt
 from specconsole.ui.registry import BY_ID, REGISTRY, key_display, normalize_key, plan_keys
-from specconsole.ui.themes import BUNDLED_DIR, ConsoleState, load_themes, pick_theme
-from specconsole.ui.widgets import BLOCKS, MISSING, bar_rows
+from specconsole.ui.style import formatting as fmt
+from specconsole.ui.style.themes import BUNDLED_DIR, ConsoleState, load_themes, pick_theme
+from specconsole.ui.widgets.plot_row import BLOCKS, MISSING, bar_rows
 
 # ------------------------------------------------------------------------------ registry
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from specconsole.actions.deploy import BaseUnitChanged, DeployRequest, execute, preflight
-from specconsole.actions.steps import StepEvent, Steps
-from specconsole.lab.environment import Lab
+from specconsole.lab.parts.environment import Lab
 from specconsole.sglang.unit import DEPLOY_DROPIN
+from specconsole.steps import StepEvent, Steps
 from test_deploy import _serve_lab, connect, server_info, unit_digest
 
 WEIRD = "d r'a\"f\\t 100% %h ;ü日本"

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from specconsole.lab.environment import Lab
-from specconsole.lab.lab_state import free_port
+from specconsole.lab.parts.environment import Lab
+from specconsole.lab.parts.state import free_port
 from specconsole.web.access import Gate, is_loopback
 
 CHROMIUM = "/usr/bin/chromium"

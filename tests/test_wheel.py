@@ -80,7 +80,7 @@ def test_the_command_runs(venv: Path, outside: tuple[Path, dict[str, str]]) -> N
 
 def test_shipped_themes_load(venv: Path, outside: tuple[Path, dict[str, str]]) -> None:
     cwd, env = outside
-    loaded = probe(venv, "from specconsole.ui.themes import load_themes\nt = load_themes()\n"
+    loaded = probe(venv, "from specconsole.ui.style.themes import load_themes\nt = load_themes()\n"
                    "print(json.dumps({'names': t.names, 'warnings': t.warnings}))", cwd, env)
     assert loaded == {"names": THEMES, "warnings": []}
 

@@ -24,12 +24,12 @@ from specconsole.validation import num, option_type
 from specconsole.values import SPEC_INT_MAX, printable
 
 if TYPE_CHECKING:
-    from specconsole.actions.steps import StepEvent
     from specconsole.config import Config, HostConfig
     from specconsole.hosts import Host
     from specconsole.monitor import Fleet
+    from specconsole.steps import StepEvent
 
-from specconsole.actions.steps import Steps, require_audit
+from specconsole.steps import Steps, require_audit
 
 
 def resolve_config_path(given: str | None) -> str:
@@ -133,7 +133,7 @@ def _audit_log(config: Config, command: str, allow_unaudited: bool) -> EventLog:
 
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
     """Print each step event as it happens and append it to the audit log."""
-    from specconsole.actions.steps import audit
+    from specconsole.steps import audit
 
     return audit(events, also=lambda event: _say(event.line()))
 
@@ -246,14 +246,15 @@ async def _rollout(args: argparse.Namespace, config: Config, events: EventLog, r
     import signal
 
     from specconsole.actions import rollout
-    from specconsole.actions.steps import audit
+    from specconsole.eval.suite import gate_prompts
     from specconsole.hosts import make_host
+    from specconsole.steps import audit
 
     if args.dry_run:
         raise SpecConsoleError("deploy --hosts: --dry-run is for one host; run it with --host NAME first")
     chosen = rollout.select(config, args.hosts)
     opts = rollout.options(config, request, gate=args.gate, canary_wait_s=args.canary_wait,
-                           drain_timeout_s=args.drain_timeout, operator=_operator())
+                           drain_timeout_s=args.drain_timeout, operator=_operator(), gate_prompts=gate_prompts)
     if args.json:
         emit = audit(events, also=lambda e: print(json.dumps({**dataclasses.asdict(e)}), flush=True))
     else:
@@ -300,7 +301,7 @@ def _operator() -> str:
 def _console(args: argparse.Namespace) -> int:
     """The Textual console (imported only here: the headless commands never load Textual)."""
     from specconsole.config import load_config
-    from specconsole.ui.app import run_console
+    from specconsole.ui.console.app import run_console
 
     config = load_config(resolve_config_path(args.config))
     return run_console(config, read_only=args.read_only, theme=args.theme, no_audit=args.no_audit,
@@ -366,7 +367,7 @@ def _replay(args: argparse.Namespace) -> int:
         start = parse_time(args.start, recording) if args.start else recording.start
     except ValueError as err:
         raise SpecConsoleError(f"replay: {err}") from None
-    from specconsole.ui.replay import run_replay
+    from specconsole.ui.console.replay import run_replay
 
     return run_replay(recording, start=start, speed=args.speed, theme=args.theme)
 

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from specconsole import paths
-from specconsole.alerts.rules import Alerting, AlertRule, resolve
+from specconsole.alert_rules.rules import Alerting, AlertRule, resolve
 from specconsole.errors import ConfigError
 from specconsole.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
 from specconsole.values import escape_char, printable, unsafe_char
@@ -268,7 +268,7 @@ class Config:
     router: RouterConfig | None = None
     alerting: Alerting = field(default_factory=Alerting)
     #: the alert rules in force: the shipped ones as [[alerts]] changed them, then the new ones
-    #: (:func:`specconsole.alerts.rules.resolve`); a Config built in code gets the shipped ones
+    #: (:func:`specconsole.alert_rules.rules.resolve`); a Config built in code gets the shipped ones
     alerts: tuple[AlertRule, ...] | None = None
     recorder: RecorderSettings = field(default_factory=RecorderSettings)
 

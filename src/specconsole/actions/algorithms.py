@@ -23,12 +23,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from specconsole.actions.steps import Steps
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.sglang.flags import CONCEPTS, SglangCli
 from specconsole.sglang.info import BLOCK_ALGORITHMS
 from specconsole.sglang.unit import SPECIFIER, UnitError, check_unit_value, show_word
+from specconsole.steps import Steps
 
 #: Where the DDTree flags come from, for the refusal on an SGLang without them.
 DDTREE_SOURCE = "sgl-project/sglang PR #29907"
@@ -159,6 +159,20 @@ async def plan_settings(host: Host, steps: Steps, ctx: SpecContext, given: SpecI
 
 #: The chain-drafting algorithms whose settings are steps, topk and draft tokens.
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+#: The EAGLE family's settings: draft steps, top-k per step, draft tokens.
+EAGLE_KNOBS = ("num_steps", "eagle_topk", "draft_tokens")
+#: Which algorithm takes which of the algorithm-specific settings (the deploy form shows these
+#: fields for it); the draft model goes with every algorithm but :data:`NO_DRAFT_MODEL`.
+FIELDS_FOR: dict[str, tuple[str, ...]] = {
+    "DFLASH": ("draft_window", "block_size"),
+    "DDTREE": ("block_size", "tree_budget"),
+    **{algo: EAGLE_KNOBS for algo in EAGLE_FAMILY},
+    "NGRAM": ("draft_tokens",),
+}
+#: Every algorithm-specific setting.
+SPECIFIC = ("draft_window", "block_size", "tree_budget", *EAGLE_KNOBS)
+#: Algorithms that take no draft model: NEXTN drafts with the target's own layers, NGRAM from the prompt.
+NO_DRAFT_MODEL = ("NEXTN", "NGRAM")
 
 
 def _eagle_knobs(ctx: SpecContext, given: SpecInput, algorithm: str, was_block: bool,

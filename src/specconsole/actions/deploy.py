@@ -6,8 +6,8 @@
    :class:`DeployPlan` (current vs new flags, the drop-in diff, what restarts). Invalid input
    is refused here, before anything on the host changes, naming SGLang's constraint.
 2. :func:`execute` (:mod:`specconsole.actions.deploy_execute`): copies the agent
-   (:mod:`specconsole.actions.deploy_agent` and its sibling
-   :mod:`~specconsole.actions.deploy_agent_watch`) and the plan to the host and starts it
+   (:mod:`specconsole.remote.deploy_agent` and its sibling
+   :mod:`~specconsole.remote.deploy_agent_watch`) and the plan to the host and starts it
    detached; the agent locks, backs up, writes a drop-in atomically,
    daemon-reloads, restarts, waits for ``/health``, verifies ``/server_info``, smoke-tests and
    rolls back on failure. The console follows the agent's progress file and, if its SSH
@@ -45,7 +45,6 @@ from specconsole.actions.deploy_plan import (
 )
 from specconsole.actions.host_check import HostVerdict
 from specconsole.actions.privilege import Privilege, PrivilegeRefused, agent_python, alive_argv
-from specconsole.actions.steps import Steps
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
@@ -53,6 +52,7 @@ from specconsole.http_body import MIB
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
 from specconsole.sglang.rebase import find_drift
 from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, show_word
+from specconsole.steps import Steps
 from specconsole.values import SPEC_INT_MAX, output_line
 
 if TYPE_CHECKING:

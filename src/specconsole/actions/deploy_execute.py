@@ -1,7 +1,7 @@
 """Step 2 of a deploy: start the host agent and follow it, surviving dropped connections.
 
-:func:`execute` copies the agent (:mod:`specconsole.actions.deploy_agent` as ``agent.py``, with
-its sibling :mod:`specconsole.actions.deploy_agent_watch`) and the plan to the host's work folder
+:func:`execute` copies the agent (:mod:`specconsole.remote.deploy_agent` as ``agent.py``, with
+its sibling :mod:`specconsole.remote.deploy_agent_watch`) and the plan to the host's work folder
 and starts it detached; :func:`follow` relays the agent's progress file as steps. Every step is
 safe to repeat: after a dropped connection the console reconnects, repeats the upload and the
 start (a running agent is found by the deploy's ``agent.pid`` and progress file) and re-attaches
@@ -21,17 +21,18 @@ from typing import Any
 
 from specconsole.actions.deploy_plan import DeployOutcome, DeployPlan
 from specconsole.actions.privilege import ALIVE_SH, agent_python
-from specconsole.actions.steps import HEARTBEAT_S, Steps, shorten
 from specconsole.errors import HostUnavailable
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command
 from specconsole.sglang.unit import quote_exec
+from specconsole.steps import HEARTBEAT_S, Steps, shorten
 
 #: The host agent's files, by the name each gets in the deploy's work folder (``agent.py``
 #: imports its sibling by that name).
-AGENT_FILES = {"agent.py": Path(__file__).with_name("deploy_agent.py"),
-               "deploy_agent_watch.py": Path(__file__).with_name("deploy_agent_watch.py"),
-               "deploy_agent_router.py": Path(__file__).with_name("deploy_agent_router.py")}
+_REMOTE = Path(__file__).resolve().parents[1] / "remote"  # specconsole/remote/: what runs on a host
+AGENT_FILES = {"agent.py": _REMOTE / "deploy_agent.py",
+               "deploy_agent_watch.py": _REMOTE / "deploy_agent_watch.py",
+               "deploy_agent_router.py": _REMOTE / "deploy_agent_router.py"}
 SMOKE_PROMPT = "def fibonacci(n: int) -> int:\n    "
 #: the agent heartbeats every 0.5 s while it waits; this long without any event, the console
 #: checks whether its process is still there

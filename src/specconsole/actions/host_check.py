@@ -1,6 +1,6 @@
 """Ask the serving host's own SGLang whether it would start with a command line.
 
-The deploy's preflight runs :mod:`specconsole.sglang.argcheck` (sent on standard input:
+The deploy's preflight runs :mod:`specconsole.remote.argcheck` (sent on standard input:
 ``env -C DIR K=V... PYTHON - ARGS``) under the unit's interpreter, with the unit's environment and
 working directory: SGLang parses and resolves the arguments exactly as ``sglang serve`` does
 before loading a model, and says whether it accepts them (with the values it resolved) or refuses
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
-from specconsole.actions.steps import Steps
 from specconsole.hosts import CommandResult, Host
 from specconsole.sglang.unit import ServiceUnit
+from specconsole.steps import Steps
 from specconsole.values import output_line
 
-#: The marker :mod:`specconsole.sglang.argcheck` prints before its JSON verdict.
+#: The marker :mod:`specconsole.remote.argcheck` prints before its JSON verdict.
 MARK = "specconsole-argcheck "
 _PYTHON = re.compile(r"(^|/)python[0-9.]*$")
 
@@ -56,7 +56,7 @@ class HostVerdict:
 
 
 def script_text() -> str:
-    return resources.files("specconsole.sglang").joinpath("argcheck.py").read_text(encoding="utf-8")
+    return resources.files("specconsole.remote").joinpath("argcheck.py").read_text(encoding="utf-8")
 
 
 def _working_directory(unit: ServiceUnit) -> str:

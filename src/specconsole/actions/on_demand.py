@@ -7,9 +7,9 @@ connection first, as a step of its own.
 
 from __future__ import annotations
 
-from specconsole.actions.steps import Steps
 from specconsole.errors import HostUnavailable
 from specconsole.hosts import ConnState, Host
+from specconsole.steps import Steps
 
 
 async def connect_on_demand(host: Host, steps: Steps, timeout: float) -> None:

@@ -29,9 +29,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from specconsole.actions.steps import Steps
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
+from specconsole.steps import Steps
 
 #: A shell function: ``alive PID`` succeeds while PID runs, also when it is another user's
 #: process (root's agent, seen by the login user: ``kill -0`` says EPERM, ``/proc/PID`` exists).

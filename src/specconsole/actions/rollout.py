@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,10 +41,10 @@ from specconsole.actions.deploy_execute import execute, first_line, follow
 from specconsole.actions.gate import Figures, GateError, Threshold, Verdict, judge, measure
 from specconsole.actions.rollout_board import Board
 from specconsole.actions.router import Worker, list_workers, same_url
-from specconsole.actions.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 from specconsole.config import Config, HostConfig, RouterConfig
 from specconsole.errors import ConfigError, SpecConsoleError
 from specconsole.hosts import Host
+from specconsole.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 
 
 @dataclass
@@ -332,19 +333,18 @@ def select(config: Config, pattern: str) -> list[HostConfig]:
 
 
 def options(config: Config, request: DeployRequest, *, gate: str | None, canary_wait_s: float | None,
-            drain_timeout_s: float | None, operator: str) -> RolloutOptions:
-    """The rollout's settings: the flags, else ``[router]``; the gate's prompts from the eval suite."""
+            drain_timeout_s: float | None, operator: str,
+            gate_prompts: Callable[[RouterConfig], list[tuple[str, int]]]) -> RolloutOptions:
+    """The rollout's settings: the flags, else ``[router]``; the gate's prompts from ``gate_prompts``
+    (the caller hands in :func:`specconsole.eval.suite.gate_prompts`: the eval suite's tasks)."""
     from specconsole.actions.gate import parse_gate
-    from specconsole.eval.suite import load_suite
 
     if config.router is None:
         raise ConfigError(config.path, "router", "a rollout (--hosts) needs the router in front of the replicas",
                           'add [router] with url = "http://ROUTER:30000"')
     r = config.router
     thresholds = parse_gate(gate if gate is not None else r.gate)
-    suite = load_suite().select(list(r.gate_tasks) or None)
-    prompts = [(suite.text_for(t), min(suite.max_tokens_for(t), r.gate_max_new_tokens)) for t in suite.tasks]
-    return RolloutOptions(request, r, thresholds, prompts,
+    return RolloutOptions(request, r, thresholds, gate_prompts(r),
                           canary_wait_s=r.canary_wait_s if canary_wait_s is None else canary_wait_s,
                           drain_timeout_s=r.drain_timeout_s if drain_timeout_s is None else drain_timeout_s,
                           operator=operator)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specconsole.actions.steps import StepEvent
+from specconsole.steps import StepEvent
 
 if TYPE_CHECKING:
     from specconsole.actions.gate import Figures

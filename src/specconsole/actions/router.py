@@ -3,7 +3,7 @@
 sglang-router 0.3.x's worker API: ``GET /workers`` (``{"workers": [{"id", "url", "is_healthy",
 ...}]}``), ``POST /workers`` with ``{"url": ...}`` and ``DELETE /workers/{id}`` (both queued,
 ``202``). The console only reads it (before a rollout and for the final lines); taking a replica
-out and putting it back is the host agent's job (:mod:`specconsole.actions.deploy_agent_router`),
+out and putting it back is the host agent's job (:mod:`specconsole.remote.deploy_agent_router`),
 so a console that goes away leaves no replica out.
 """
 

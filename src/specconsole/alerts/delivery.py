@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
+from specconsole.alert_rules.rules import Alerting
 from specconsole.alerts.engine import is_alert
-from specconsole.alerts.rules import Alerting
 from specconsole.backoff import Backoff
 from specconsole.events import Event, EventLog
 from specconsole.http_body import BodyTooLarge, read_capped

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specconsole.alerts.expr import Memory, evaluate, value_of
+from specconsole.alert_rules.expr import Memory, evaluate, value_of
+from specconsole.alert_rules.rules import DEFAULT_RULES, AlertLevel, AlertRule, Rule, compile_rules
 from specconsole.alerts.figures import Baseline, figures, source_of
-from specconsole.alerts.rules import DEFAULT_RULES, AlertLevel, AlertRule, Rule, compile_rules
 from specconsole.events import Event, EventLog
 from specconsole.values import printable
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from specconsole.alerts.names import FIGURES
+from specconsole.alert_rules.names import FIGURES
 
 __all__ = ["FIGURES", "Baseline", "figures", "source_of"]
 

@@ -10,7 +10,7 @@
   best/worst task, speedup over a vanilla run) and renders it as text, markdown or JSON.
 * :mod:`~specconsole.eval.cli` is ``specconsole eval ...``.
 
-Nothing here imports Textual; the pane lives in :mod:`specconsole.ui.eval_pane`.
+Nothing here imports Textual; the pane lives in :mod:`specconsole.ui.panes.eval_pane`.
 """
 
 from __future__ import annotations

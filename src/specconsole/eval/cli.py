@@ -33,8 +33,8 @@ from specconsole.eval.suite import Tokens
 from specconsole.validation import num, option_type
 
 if TYPE_CHECKING:
-    from specconsole.actions.steps import StepEvent
     from specconsole.config import Config
+    from specconsole.steps import StepEvent
 
 Emit = Callable[["StepEvent"], None]
 EVAL_COMMANDS = ("run", "list", "compare", "import")

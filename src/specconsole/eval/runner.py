@@ -11,7 +11,7 @@ Per task it records, from the answer's ``meta_info``:
 A task that fails (HTTP error, timeout, malformed answer) is recorded as failed with its
 one-line error; the others complete. Before the tasks, ``/server_info`` says what is being
 measured (algorithm, block size, draft window, draft model, SGLang version), stored with the run.
-Progress: one line per task through :class:`~specconsole.actions.steps.Steps`, and between them a
+Progress: one line per task through :class:`~specconsole.steps.Steps`, and between them a
 heartbeat at least every second naming the tasks in flight and how long they have been generating.
 """
 
@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from specconsole.actions.steps import Steps
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult, make_run_id, utc_now_iso
 from specconsole.eval.suite import Suite, Task
 from specconsole.sglang import ServerInfo, SglangClient, SglangError
+from specconsole.steps import Steps
 from specconsole.values import as_int
 
 #: Called after each task: (result, tasks finished so far, total tasks).

@@ -17,11 +17,11 @@ from specconsole.eval.store import ResultStore
 from specconsole.hosts.base import ConnState
 
 if TYPE_CHECKING:
-    from specconsole.actions.steps import StepEvent
     from specconsole.config import Config, HostConfig
     from specconsole.eval.runner import OnResult
     from specconsole.eval.store import EvalRun
     from specconsole.hosts import Host
+    from specconsole.steps import StepEvent
 
 Emit = Callable[["StepEvent"], None]
 
@@ -91,9 +91,9 @@ async def start_eval(config: Config | None, *, emit: Emit, on_result: OnResult |
     nothing could be measured (no config/host, unreachable server). ``connection``: the serving
     host's open connection to tunnel through (see :func:`serving_endpoint`).
     """
-    from specconsole.actions.steps import Steps
     from specconsole.eval.runner import run_and_save
     from specconsole.eval.suite import load_suite
+    from specconsole.steps import Steps
 
     bench = load_suite(suite).select(tasks)
     store = ResultStore(results)

@@ -27,13 +27,16 @@ import os
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 
 from specconsole import paths
 from specconsole.errors import ConfigError
 from specconsole.validation import TOO_DEEP, Invalid, Table, Text, convert, num, text
+
+if TYPE_CHECKING:
+    from specconsole.config import RouterConfig
 
 T = TypeVar("T")
 
@@ -127,6 +130,14 @@ def default_suite_path() -> Path | None:
         return Path(env).expanduser()
     shipped = paths.data_path(DEFAULT_SUITE_NAME)
     return shipped if shipped.is_file() else None
+
+
+def gate_prompts(router: RouterConfig) -> list[tuple[str, int]]:
+    """A rollout gate's prompts (:func:`specconsole.actions.rollout.options`): ``[router]``'s
+    ``gate_tasks`` of the default suite (all of them when none are named), each with its
+    ``max_new_tokens`` capped at ``gate_max_new_tokens``."""
+    suite = load_suite().select(list(router.gate_tasks) or None)
+    return [(suite.text_for(t), min(suite.max_tokens_for(t), router.gate_max_new_tokens)) for t in suite.tasks]
 
 
 def load_suite(path: str | os.PathLike[str] | None = None) -> Suite:

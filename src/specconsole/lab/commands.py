@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from specconsole import paths
 from specconsole.errors import SpecConsoleError
-from specconsole.lab.sglang_versions import BASE_VERSION, DDTREE_VERSION
+from specconsole.lab.doubles.sglang_versions import BASE_VERSION, DDTREE_VERSION
 from specconsole.validation import num, option_type
 
 #: the simulated SGLang's load time (the lab's deploy tests wait for it)
@@ -76,7 +76,7 @@ def _demo(args: argparse.Namespace) -> int:
     import os
     import signal
 
-    from specconsole.lab.environment import Lab, LabOptions, default_demo_dir, owner_alive
+    from specconsole.lab.parts.environment import Lab, LabOptions, default_demo_dir, owner_alive
 
     lab_dir = Path(args.dir).expanduser() if args.dir else default_demo_dir()
     # the DDTree build (sgl-project/sglang PR #29907): the operator's "z-lab DDTree, up to 16 draft
@@ -108,7 +108,7 @@ def _demo(args: argparse.Namespace) -> int:
                 time.sleep(3600)
         _seed_eval(lab.dir / "eval")
         from specconsole.config import load_config
-        from specconsole.ui.app import run_console
+        from specconsole.ui.console.app import run_console
 
         _say("demo: opening the console (q quits and stops the demo)")
         return run_console(load_config(lab.config_path), read_only=args.read_only, theme=args.theme,
@@ -129,7 +129,7 @@ def _seed_eval(results: Path) -> None:
     import os
 
     from specconsole.eval.store import RESULTS_ENV
-    from specconsole.lab.eval_seed import seed
+    from specconsole.lab.parts.eval_seed import seed
 
     zlab, ours = seed(results)
     os.environ[RESULTS_ENV] = str(results)
@@ -140,7 +140,7 @@ def _seed_eval(results: Path) -> None:
 # ---------------------------------------------------------------------------------- lab
 
 def _lab(args: argparse.Namespace) -> int:
-    from specconsole.lab.environment import Lab, LabOptions
+    from specconsole.lab.parts.environment import Lab, LabOptions
 
     lab_dir = Path(args.dir).expanduser() if args.dir else None
     if args.lab_command == "up":
@@ -163,7 +163,7 @@ def _lab(args: argparse.Namespace) -> int:
     lab = Lab(lab_dir, say=_say)
     if args.lab_command in ("freeze-training", "thaw-training"):
         if not args.dir:
-            from specconsole.lab.environment import running_lab
+            from specconsole.lab.parts.environment import running_lab
 
             lab = running_lab() or lab
             lab.say = _say
@@ -179,7 +179,7 @@ def _lab(args: argparse.Namespace) -> int:
         return 0
     # status: without --dir, the default lab or else the demo's
     if not args.dir:
-        from specconsole.lab.environment import running_lab
+        from specconsole.lab.parts.environment import running_lab
 
         lab = running_lab() or lab
     running = lab.is_running()

@@ -12,11 +12,26 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from specconsole.lab.environment import Lab
+
+class _SshdHost(Protocol):
+    @property
+    def sshd_pid(self) -> int | None: ...
+
+
+class _Hosts(Protocol):
+    @property
+    def hosts(self) -> Mapping[str, _SshdHost]: ...
+
+
+class WithSshds(Protocol):
+    """What :func:`sessions` reads of a lab (a ``Lab``): its hosts' sshd pids."""
+
+    @property
+    def state(self) -> _Hosts: ...
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -79,7 +94,7 @@ def descendants(*pids: int) -> list[int]:
     return out
 
 
-def sessions(lab: Lab) -> list[int]:
+def sessions(lab: WithSshds) -> list[int]:
     """Live processes under the lab's sshds: a session per connection and each stream's commands."""
     sshds = [h.sshd_pid for h in lab.state.hosts.values() if h.sshd_pid]
     return [pid for pid in descendants(*sshds) if alive(pid)]

@@ -7,6 +7,6 @@ timeline in a file, and the readers of that file.
 - :mod:`~specconsole.recorder.recording`: reading: the fleet at a time, a cursor, ``--diff``;
 - :mod:`~specconsole.recorder.tmux`: ``status --tmux``'s line (imports nothing heavy).
 
-The replay console is :mod:`specconsole.ui.replay`. Nothing is imported here, so that
+The replay console is :mod:`specconsole.ui.console.replay`. Nothing is imported here, so that
 ``status --tmux`` loads only what it uses.
 """

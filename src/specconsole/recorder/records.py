@@ -63,7 +63,7 @@ def to_event(raw: Any) -> Event:
 
 
 def step_fields(event: Event) -> dict[str, Any] | None:
-    """The step event an action's ``Event`` carries (``actions.steps.audit``), else None."""
+    """The step event an action's ``Event`` carries (``steps.audit``), else None."""
     data = event.data
     if "action" in data and "kind" in data:
         return data

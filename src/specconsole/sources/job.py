@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from specconsole.actions.steps import Steps
 from specconsole.errors import HostError, SpecConsoleError
+from specconsole.steps import Steps
 
 if TYPE_CHECKING:
     from specconsole.config import KillConfig
@@ -101,7 +101,7 @@ class JobWatch:
             since_locate += self.interval_s
 
     async def _locate(self, steps: Steps) -> list[int]:
-        from specconsole.actions.kill import descendants, locate
+        from specconsole.process_tree import descendants, locate
 
         try:
             procs, launchers, _found_by, note, refused = await locate(self.host, self.kill, steps)

@@ -9,7 +9,7 @@ action and says, as warnings for the events pane, what in ``[keys]`` could not b
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -17,8 +17,6 @@ from textual.binding import Binding
 from textual.keys import format_key
 
 from specconsole.config import Config
-from specconsole.ui.flows import FlowContext, deploy_checkpoint_flow, deploy_flow, kill_training_flow
-from specconsole.ui.rollout_flow import rollout_flow
 
 
 class ActionContext(Protocol):
@@ -73,14 +71,12 @@ def _fleet_and_router(ctx: ActionContext) -> str | None:
     return _has_router(ctx) or _fleet_shown(ctx)
 
 
-#: A destructive action's whole flow (confirm, then act, every step reported), run in a worker.
-Flow = Callable[[FlowContext], Awaitable[None]]
-
-
 @dataclass(frozen=True)
 class ActionSpec:
     """One console action. ``id`` is also the Textual action name (``action_<id>`` on the app); an
-    action with a ``flow`` runs it through ``ConsoleActions.start`` (one at a time)."""
+    action with a ``flow`` runs the flow that id names (``FLOWS`` in :mod:`specconsole.ui.flows.flows`)
+    through ``ConsoleActions.start`` (one at a time). The registry is data: it names flows, and
+    imports none."""
 
     id: str
     key: str
@@ -89,7 +85,7 @@ class ActionSpec:
     destructive: bool = False
     available: Availability = _always
     show: bool = True  # in the footer
-    flow: Flow | None = None
+    flow: str | None = None
     #: the action name the flow's step events carry, when not the id
     steps_as: str = ""
     #: it reaches a host without being destructive (the eval's requests): a replay removes it too
@@ -118,19 +114,19 @@ REGISTRY: tuple[ActionSpec, ...] = (
     ActionSpec("kill_training", "k", "Kill training",
                "Stop the training job (torchrun and all workers) after confirmation",
                destructive=True, available=_has_train_host,
-               flow=kill_training_flow, steps_as="kill-training"),
+               flow="kill_training", steps_as="kill-training"),
     ActionSpec("deploy", "d", "Deploy",
                "Deploy a draft model / speculative settings to SGLang (restarts it) after confirmation",
-               destructive=True, available=_has_serve_host, flow=deploy_flow),
+               destructive=True, available=_has_serve_host, flow="deploy"),
     ActionSpec("deploy_checkpoint", "D", "Deploy checkpoint",
                "Open the deploy wizard with the checkpoint selected in the training pane as the draft model",
                destructive=True, available=_has_train_and_serve_host, show=False,
-               flow=deploy_checkpoint_flow, steps_as="deploy"),
+               flow="deploy_checkpoint", steps_as="deploy"),
     ActionSpec("fleet_mark", "m", "Mark", "Fleet view: mark or unmark the host under the cursor (for R)",
                available=_fleet_shown, show=False),
     ActionSpec("rollout", "R", "Roll out",
                "Roll a change out across the marked replicas behind the router (canary first, gated)",
-               destructive=True, available=_fleet_and_router, show=False, flow=rollout_flow),
+               destructive=True, available=_fleet_and_router, show=False, flow="rollout"),
     ActionSpec("abort_rollout", "X", "Abort rollout",
                "Stop the running rollout and roll back what it changed", available=_has_router,
                show=False),

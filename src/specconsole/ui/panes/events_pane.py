@@ -1,0 +1,149 @@
+"""The events pane: the event log's lines, newest at the bottom."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Vertical
+from textual.css.scalar import Scalar
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from specconsole.events import Event, EventLog
+from specconsole.ui.style import formatting as fmt
+from specconsole.ui.style.formatting import escape
+from specconsole.ui.widgets.scroll import scroll_bindings
+from specconsole.values import printable
+
+
+class EventList(ScrollView, can_focus=True):
+    """The events as lines: newest at the bottom, kept scrolled to the end unless scrolled up.
+
+    Lines are styled when drawn (from the app's current theme) and wrapped to the width, the
+    continuation rows indented under the message, so nothing is cut at 80 columns; a resize
+    re-wraps them, a theme change simply redraws them.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [*scroll_bindings()]
+
+    #: Continuation rows start under the message (after ``HH:MM:SS source   ``).
+    INDENT = 18
+
+    def __init__(self, keep: int = 1000, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.events: deque[Event] = deque(maxlen=keep)
+        self._lines: deque[str] = deque(maxlen=keep)
+        self._rows: list[tuple[int, str]] = []  # (index into _lines, text of one screen row)
+        self._wrap_width = 0
+        self._follow = True  # keep showing the newest line until the operator scrolls up
+        self.rows_changed: Callable[[int], None] | None = None  # told the number of screen rows
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self._follow = new >= self.max_scroll_y - 1
+
+    def _width(self) -> int:
+        return max(20, self.scrollable_content_region.width or 0) if self.is_mounted else 0
+
+    @classmethod
+    def wrap(cls, line: str, width: int) -> list[str]:
+        """``line`` as rows of at most ``width`` cells; continuation rows indented (0: no wrap)."""
+        if width <= 0 or len(line) <= width:
+            return [line]
+        indent = cls.INDENT if width > cls.INDENT + 20 else 2
+        rows, rest = [line[:width]], line[width:]
+        room = width - indent
+        while rest:
+            rows.append(" " * indent + rest[:room])
+            rest = rest[room:]
+        return rows
+
+    def _rewrap(self) -> None:
+        width = self._width()
+        self._wrap_width = width
+        self._rows = [(i, row) for i, line in enumerate(self._lines) for row in self.wrap(line, width)]
+        self.virtual_size = Size(width, len(self._rows))
+        if self.rows_changed is not None:
+            self.rows_changed(len(self._rows))
+
+    def on_resize(self) -> None:
+        if self._width() != self._wrap_width:
+            self._rewrap()
+            if self._follow:
+                self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
+            self.refresh()
+
+    def add(self, events: list[Event]) -> None:
+        for event in events:
+            self.events.append(event)
+            self._lines.append(printable(event.line()))  # a host's ESC or U+202E is shown, not obeyed
+        self._rewrap()
+        if self._follow:  # after the new size is laid out, or the end is not the end yet
+            self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
+        self.refresh()
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self._lines)
+
+    def render_line(self, y: int) -> Strip:
+        _scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if index >= len(self._rows):
+            return Strip.blank(width, base)
+        palette: fmt.Palette = getattr(self.app, "palette", fmt.Palette())
+        line_index, row = self._rows[index]
+        level = self.events[line_index].level if line_index < len(self.events) else "info"
+        color = {"error": palette.error, "warning": palette.warning, "step": palette.accent}.get(level)
+        text = Text(row, style=color or "", no_wrap=True, end="")
+        segments = list(text.render(self.app.console))
+        strip = Strip(Segment.apply_style(segments, base), text.cell_len)
+        return strip.crop_extend(0, width, base)
+
+
+class EventsPane(Vertical):
+    """The event log (connections, errors, actions and their steps), newest at the bottom.
+
+    It takes the room left under the other panes (``height: 1fr`` in console.tcss), at least its
+    latest line, and never more than its lines: its ``max-height`` follows the number of rows it
+    holds, so a quiet log is a short box, not a block of empty rows."""
+
+    def __init__(self, events: EventLog, **kwargs: Any) -> None:
+        super().__init__(classes="pane events-pane", **kwargs)
+        self.events = events
+
+    def compose(self) -> ComposeResult:
+        self.border_title = "Events"
+        if self.events.audit_path is not None:
+            self.border_subtitle = escape(f"audit: {self.events.audit_path}")
+        log = EventList(keep=self.events.recent.maxlen or 1000, classes="log")
+        log.rows_changed = self._fit
+        yield log
+
+    def _fit(self, rows: int) -> None:
+        # its rows and the border; past the screen's height more makes no difference (no relayout)
+        height = min(max(1, rows), max(1, self.app.size.height)) + self.styles.gutter.height
+        if self.styles.max_height != Scalar.from_number(height):
+            self.styles.max_height = height
+
+    @property
+    def lines(self) -> list[str]:
+        return self.query_one(EventList).lines
+
+    def flush(self, pending: deque[Event]) -> None:
+        """Write the queued events (the app queues them as they are emitted, from any thread)."""
+        if not pending:
+            return
+        batch = []
+        while pending:
+            batch.append(pending.popleft())
+        self.query_one(EventList).add(batch)
