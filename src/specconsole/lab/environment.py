@@ -37,7 +37,15 @@ import time
 from pathlib import Path
 
 from specconsole import paths
-from specconsole.lab import lab_config, lab_judge, serve_fleet, serving_unit, sshd_host, training_job
+from specconsole.lab import (
+    lab_config,
+    lab_judge,
+    serve_fleet,
+    serving_unit,
+    slurm_cluster,
+    sshd_host,
+    training_job,
+)
 from specconsole.lab.keys import client_key, write_known_hosts
 from specconsole.lab.lab_config import console_and_ssh, toml_str
 from specconsole.lab.lab_judge import JUDGE_ENV, judge_env, judge_socket_path
@@ -192,7 +200,11 @@ class Lab:
         self.state.save()
         for name in self.state.hosts:
             self.start_sshd(name)
-        if o.trainer:
+        if o.slurm:  # issue 32: the training job is a Slurm job (sbatch) on the lab's cluster
+            slurm_cluster.start(self)
+        if o.trainer and o.slurm:
+            slurm_cluster.submit_training(self)
+        elif o.trainer:
             self.start_trainer()
         if o.sglang:  # its first start waits for the judge, as a real SGLang's start waits for its imports
             self._systemctl("daemon-reload")
@@ -213,6 +225,7 @@ class Lab:
                 self._systemctl("stop", "sglang.service", check=False, timeout=20)
         serve_fleet.stop_router(self)
         serve_fleet.stop_replicas(self)
+        slurm_cluster.stop(self)
         self.stop_trainer()
         self.stop_judge()
         for name in list(self.state.hosts):

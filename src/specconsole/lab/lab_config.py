@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specconsole.lab import slurm_cluster
 from specconsole.lab.lab_state import write_file
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ pid_file = {toml_str(lab.trainer_pid_file)}
 pattern = {toml_str(re.escape(f"specconsole.lab.trainer --log-path {lab.train_log}"))}
 grace_s = 30
 """
+    if o.slurm:  # issue 32: the training job is the lab cluster's Slurm job
+        text += slurm_cluster.config_table(lab)
     text += _serving_host(lab, "serve", s.sglang_port)
     if s.router_port:
         text += _replicas(lab)

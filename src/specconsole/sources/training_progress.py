@@ -26,6 +26,7 @@ from specconsole.hosts.base import STREAM_LINE_LIMIT, line_limit_text
 from specconsole.samples import format_bytes, format_duration
 
 if TYPE_CHECKING:
+    from specconsole.formats.slurm import SlurmJob
     from specconsole.sources.checkpoints import CheckpointListing
 
 #: Longest log line read (the hosts' stream limit); longer ones are skipped, counted.
@@ -79,6 +80,8 @@ class TrainingProgress:
     skips: int = 0
     skipped_bytes: int = 0
     skip_note: str | None = None
+    #: the Slurm job, when the job runs under Slurm (:mod:`specconsole.sources.slurm`)
+    slurm: SlurmJob | None = None
 
     @property
     def is_done(self) -> bool:
