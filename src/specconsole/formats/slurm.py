@@ -121,9 +121,10 @@ def parse_squeue(text: str) -> tuple[list[SlurmJob], list[str]]:
     """``squeue -h -O SQUEUE_FORMAT`` output: the jobs, and one message per line that is not one."""
     jobs: list[SlurmJob] = []
     problems: list[str] = []
-    for raw in text.splitlines():
+    for raw in text.split("\n"):  # not splitlines: a name may hold \x0c or U+2028
         if not raw.strip():
             continue
+        raw = raw.removesuffix("\r")
         try:
             jobs.append(parse_squeue_line(raw))
         except SlurmParseError as err:
@@ -174,7 +175,7 @@ def parse_sacct(text: str) -> tuple[list[SlurmJob], list[str]]:
     """``sacct -P -n -o SACCT_FIELDS``: the jobs (steps such as ``12.batch`` left out)."""
     jobs: list[SlurmJob] = []
     problems: list[str] = []
-    for raw in text.splitlines():
+    for raw in text.split("\n"):  # not splitlines: a name may hold \x0c or U+2028
         if not raw.strip():
             continue
         parts = raw.split("|", len(SACCT_FIELDS) - 1)
