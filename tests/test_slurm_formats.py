@@ -140,7 +140,8 @@ def test_sacct_completion_log_garbles_names_with_spaces() -> None:
 
 
 def test_sacct_steps_are_left_out_and_cancelled_by_is_cancelled() -> None:
-    jobs, _ = parse_sacct("9|CANCELLED by 0|00:00:03|0:15|n[1-2]|spec 2node\n9.batch|CANCELLED|00:00:03|0:15|n1|batch\n")
+    jobs, _ = parse_sacct("9|CANCELLED by 0|00:00:03|0:15|n[1-2]|spec 2node\n"
+                          "9.batch|CANCELLED|00:00:03|0:15|n1|batch\n")
     assert [j.job_id for j in jobs] == ["9"]
     assert jobs[0].base_state == "CANCELLED" and jobs[0].ended and jobs[0].name == "spec 2node"
 
