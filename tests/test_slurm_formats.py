@@ -77,7 +77,7 @@ def test_control_characters_in_a_name_are_shown_escaped() -> None:
     assert "\x1b" not in job.summary() and "\\x1b" in job.summary()
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=40))
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\n\r"), max_size=40))
 def test_any_name_survives_squeue(name: str) -> None:
     line = f"12|PENDING|0:00|1:00:00|2||alice|{name}"
     jobs, problems = parse_squeue(line)
