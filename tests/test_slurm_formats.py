@@ -170,7 +170,7 @@ def test_pane_lines() -> None:
     assert slurm_lines(job, 101.0) == ["slurm: job 1 drafter-train RUNNING on n[1-2] (2 nodes), 0:22 of UNLIMITED",
                                        "slurm log: /r/train.jsonl"]
     down = SlurmJob("1", "drafter-train", "RUNNING", read_at=100.0, error="slurmctld not reachable: x")
-    assert slurm_lines(down, 130.0)[-1] == "slurm: slurmctld not reachable: x (job as read 30s ago)"
+    assert slurm_lines(down, 130.0)[-1] == "slurm: job as read 30s ago; slurmctld not reachable: x"
     missing = SlurmJob("", "drafter-train", "", seen_by="", error="no Slurm job found: y")
     assert slurm_lines(missing, 0.0) == ["slurm: no Slurm job found: y"]
 
@@ -184,3 +184,27 @@ def test_commands() -> None:
     assert squeue_argv(SlurmConfig(job_id=7)) == ["squeue", "-h", "-t", "all", "-O", SQUEUE_FORMAT, "-j", "7"]
     assert sacct_argv(SlurmConfig(job_id=7), None, completion_log=True) == [
         "sacct", "-c", "-P", "-n", "-o", "JobID,State,Elapsed,ExitCode,NodeList,JobName", "-j", "7", "-a"]
+
+
+def test_the_watch_keeps_the_job_as_last_read_while_slurm_does_not_answer() -> None:
+    from typing import Any, cast
+
+    from specconsole.sources.slurm import SlurmJobWatch
+
+    followed: list[str] = []
+    changes: list[int] = []
+    watch = SlurmJobWatch(cast(Any, None), SlurmConfig(job_name="drafter-train"), followed.append)
+    running = SlurmJob("1", "drafter-train", "RUNNING", stdout="/r/train.jsonl", read_at=10.0)
+    watch._take(running, lambda: changes.append(1))
+    assert (watch.state, followed, watch.job) == ("running", ["/r/train.jsonl"], running)
+    down = SlurmJob("", "drafter-train", "", seen_by="", error="slurmctld not reachable: x", read_at=20.0)
+    watch._take(down, lambda: changes.append(1))
+    assert (watch.state, watch.detail) == ("unknown", "slurmctld not reachable: x")
+    assert watch.job == SlurmJob("1", "drafter-train", "RUNNING", stdout="/r/train.jsonl", read_at=10.0,
+                                 error="slurmctld not reachable: x")  # as last read, aged
+    ended = SlurmJob("1", "drafter-train", "CANCELLED", seen_by="sacct", read_at=30.0)
+    watch._take(ended, lambda: changes.append(1))
+    assert (watch.state, watch.job) == ("stopped", ended)
+    gone = SlurmJob("", "drafter-train", "", seen_by="", error="no Slurm job found: ...", read_at=40.0)
+    watch._take(gone, lambda: changes.append(1))
+    assert (watch.state, watch.job) == ("unknown", gone)  # not found: nothing to keep showing

@@ -136,6 +136,50 @@ def test_kill_is_scancel_said_step_by_step_to_cancelled(slurm_lab: Lab) -> None:
     assert squeue(slurm_lab, job_id) == "CANCELLED"
 
 
+async def test_k_in_the_console_confirms_with_cancel_focused_then_scancels(slurm_lab: Lab, tmp_path: Path) -> None:
+    from textual.widgets import Button
+
+    from conftest import click
+    from specconsole.ui.app import ConsoleApp
+    from specconsole.ui.panes import EventsPane
+    from specconsole.ui.screens import ConfirmScreen
+    from specconsole.ui.themes import BUNDLED_DIR, load_themes
+
+    job_id = await asyncio.to_thread(running_job, slurm_lab)
+    cfg = load_config(slurm_lab.config_path)
+    cfg = replace(cfg, console=replace(cfg.console, state_dir=str(tmp_path / "state"),
+                                       audit_log=str(tmp_path / "audit.log")))
+    app = ConsoleApp(cfg, themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=(200, 60)) as pilot:
+        events = app.query_one(EventsPane)
+
+        def has(text: str) -> bool:
+            return any(text in line for line in events.lines)
+
+        line = f"slurm: job {job_id} drafter-train RUNNING on n[1-2] (2 nodes)"
+        await wait_for(lambda: line in app.screen_text(), 90, what="the job in the training pane", pilot=pilot)
+        await pilot.press("k")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
+        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
+                       what="Cancel focused", pilot=pilot)
+        assert f"Slurm job {job_id} drafter-train RUNNING" in app.screen.body_text  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await wait_for(lambda: has("cancelled by the operator; nothing was changed"), 90, what="cancel", pilot=pilot)
+        assert squeue(slurm_lab, job_id) == "RUNNING"
+
+        await pilot.press("k")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), 90, what="the kill dialog", pilot=pilot)
+        await wait_for(lambda: isinstance(app.focused, Button) and app.focused.id == "cancel", 90,
+                       what="Cancel focused", pilot=pilot)
+        await click(pilot, "#confirm-button")
+        await wait_for(lambda: has(f"training job stopped on train: Slurm job {job_id} (drafter-train) CANCELLED"),
+                       90, what="the scancel to finish", pilot=pilot)
+        assert has(f"scancel -v {job_id}")
+        await wait_for(lambda: f"slurm: job {job_id} drafter-train CANCELLED" in app.screen_text(), 30,
+                       what="the pane to show the end state", pilot=pilot)
+    assert squeue(slurm_lab, job_id) == "CANCELLED"
+
+
 def test_kill_of_a_job_already_gone_is_one_line(slurm_lab: Lab) -> None:
     res = cli(slurm_lab, "kill-training", "--yes")
     jobs = slurm_cluster.client(slurm_lab, "squeue", "-h", "-t", "running,pending", "-o", "%i").stdout.split()

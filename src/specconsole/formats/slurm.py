@@ -222,7 +222,7 @@ def slurm_lines(job: SlurmJob, now: float) -> list[str]:
     lines = [f"slurm: {job.summary()}" + (" (from sacct: it left squeue)" if job.seen_by == "sacct" else "")]
     if job.stdout:
         lines.append(f"slurm log: {printable(job.stdout)}")
-    if job.error:
-        age = f" (job as read {max(0.0, now - job.read_at):.0f}s ago)" if job.read_at else ""
-        lines.append(f"slurm: {printable(job.error)}{age}")
+    if job.error:  # the job above is as last read: its age first (a narrow pane cuts the end)
+        age = f"job as read {max(0.0, now - job.read_at):.0f}s ago; " if job.read_at else ""
+        lines.append(f"slurm: {age}{printable(job.error)}")
     return lines

@@ -59,28 +59,30 @@ class SlurmJobWatch(JobWatch):
             try:
                 job = await read_job(self._run, self.slurm)
             except HostUnavailable:
+                await asyncio.sleep(self.interval_s)
                 continue
             except (HostError, OSError, TimeoutError) as err:
-                old = self.job or SlurmJob(job_id=str(self.slurm.job_id or ""), name=self.slurm.job_name or "",
-                                           state="", seen_by="")
-                job = replace(old, error=f"cannot read the Slurm job: {err}")
+                job = SlurmJob(job_id=str(self.slurm.job_id or ""), name=self.slurm.job_name or "", state="",
+                               seen_by="", error=f"cannot read the Slurm job: {err}")
             self.polls += 1
             self._take(job, changed)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poke.wait(), self.interval_s)
             self._poke.clear()
 
-    def _take(self, job: SlurmJob, changed: Callable[[], None]) -> None:
-        if not job.seen_by and self.job is not None and self.job.seen_by and job.error.startswith("slurmctld"):
-            # the controller is down: keep what was last read (its read_at ages: the pane says stale)
-            job = replace(self.job, error=job.error)
+    def _take(self, read: SlurmJob, changed: Callable[[], None]) -> None:
+        job = read
+        if not read.seen_by and self.job is not None and self.job.seen_by and not read.error.startswith("no Slurm"):
+            # Slurm did not answer (the controller down, the command failed): keep the job as last
+            # read, with the error; its read_at ages, so the pane says how old it is
+            job = replace(self.job, error=read.error)
         if job != self.job:
             self.job = job
             changed()
         if job.stdout and self.on_stdout is not None:
             self.on_stdout(job.stdout)
-        if job.error and not job.seen_by:
-            self._set("unknown", job.error, changed)
+        if read.error and not read.seen_by:
+            self._set("unknown", read.error, changed)
         elif job.active:
             self._set("running", job.summary(), changed)
         elif job.ended:
