@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specconsole.config import TrainingConfig
+from specconsole.formats.slurm import SlurmJob  # at run time: the recorder decodes TrainingProgress by its hints
 from specconsole.formats.training_log import (
     LineKind,
     LineParser,
@@ -26,7 +27,6 @@ from specconsole.hosts.base import STREAM_LINE_LIMIT, line_limit_text
 from specconsole.samples import format_bytes, format_duration
 
 if TYPE_CHECKING:
-    from specconsole.formats.slurm import SlurmJob
     from specconsole.sources.checkpoints import CheckpointListing
 
 #: Longest log line read (the hosts' stream limit); longer ones are skipped, counted.
