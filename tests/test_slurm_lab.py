@@ -23,6 +23,8 @@ from conftest import running_lab, wait_for
 from specconsole.actions.slurm_kill import CancelOutcome, cancel_slurm_job
 from specconsole.actions.steps import StepEvent, Steps
 from specconsole.config import HostConfig, load_config
+from specconsole.formats.slurm import SlurmJob
+from specconsole.hosts.base import CommandResult
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab import slurm_cluster
 from specconsole.lab.environment import Lab, LabOptions
@@ -187,6 +189,39 @@ def test_kill_of_a_job_already_gone_is_one_line(slurm_lab: Lab) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert "nothing to cancel on train: Slurm job" in res.stdout and "already ended: CANCELLED" in res.stdout
     assert "scancel" not in [ln.split("$ ")[-1].split()[0] for ln in res.stdout.splitlines() if "$ " in ln]
+
+
+def test_sacct_reads_a_finished_job_from_the_completion_log(slurm_lab: Lab) -> None:
+    """Once a job has left squeue (MinJobAge), sacct says how it ended; this cluster keeps no accounting
+    database, so ``sacct -P`` answers "accounting storage is disabled" and ``sacct -c`` (jobcomp) is asked."""
+    from specconsole.actions.slurm_query import from_sacct
+
+    cfg = load_config(slurm_lab.config_path).host("train")
+    assert cfg.slurm is not None
+    cancelled = slurm_cluster.client(slurm_lab, "squeue", "-h", "-t", "cancelled", "-o", "%i").stdout.split()
+    assert cancelled
+    said: list[str] = []
+
+    async def read() -> tuple[SlurmJob | None, list[str]]:
+        assert cfg.slurm is not None
+        host = SshHost(cfg)
+        await host.start()
+        assert await host.wait_connected(15)
+
+        async def run(argv: list[str]) -> CommandResult:
+            said.append(" ".join(argv))
+            return await host.run(argv)
+
+        try:
+            return await from_sacct(run, cfg.slurm, cancelled[-1])
+        finally:
+            await host.close()
+
+    job, problems = asyncio.run(read())
+    assert problems == [] and job is not None
+    assert (job.job_id, job.state, job.name, job.nodes, job.seen_by) == (
+        cancelled[-1], "CANCELLED", "drafter-train", "n[1-2]", "sacct")
+    assert [c.split(" sacct ")[1].split()[0] for c in said] == ["-P", "-c"]
 
 
 def test_scancel_refused_for_another_users_job(slurm_lab: Lab) -> None:

@@ -107,7 +107,7 @@ async def read_job(run: Runner, cfg: SlurmConfig, job_id: str | None = None) -> 
         else:
             problems.append(slurm_error("scontrol", sc.stderr, sc.exit_status))
     if job is None:  # gone from squeue (MinJobAge passed): the accounting knows how it ended
-        job, more = await _from_sacct(run, cfg, job_id)
+        job, more = await from_sacct(run, cfg, job_id)
         problems += more
     if job is None:
         what = wanted(cfg) if job_id is None else f"job {job_id}"
@@ -115,7 +115,9 @@ async def read_job(run: Runner, cfg: SlurmConfig, job_id: str | None = None) -> 
     return replace(job, error="; ".join(problems), read_at=time.time())
 
 
-async def _from_sacct(run: Runner, cfg: SlurmConfig, job_id: str | None) -> tuple[SlurmJob | None, list[str]]:
+async def from_sacct(run: Runner, cfg: SlurmConfig, job_id: str | None) -> tuple[SlurmJob | None, list[str]]:
+    """The job as sacct has it (``sacct -P``; ``sacct -c``, the completion log, where the cluster keeps no
+    accounting database), and the lines it could not read."""
     res = await run(sacct_argv(cfg, job_id))
     if res.exit_status != 0 and ACCOUNTING_OFF in (res.stderr + res.stdout):
         res = await run(sacct_argv(cfg, job_id, completion_log=True))
