@@ -115,8 +115,8 @@ async def scancel(host: Host, slurm: SlurmConfig, job: SlurmJob, steps: Steps, c
     async def ended() -> tuple[bool, str]:
         nonlocal last
         last = await _state(host, slurm, job)
-        if last.error and not last.seen_by:
-            return False, last.error
+        if last.error and not last.seen_by:  # the controller down: ask again; the job left no trace: done
+            return last.error.startswith("no Slurm job found"), last.error
         return last.ended, f"state {last.state or 'unknown'}"
 
     if not await steps.wait_for(f"Slurm job {job.job_id} to end", ended, timeout=slurm.cancel_timeout_s,
@@ -126,6 +126,11 @@ async def scancel(host: Host, slurm: SlurmConfig, job: SlurmJob, steps: Steps, c
         steps.failed(msg)
         return CancelOutcome(False, msg, last.base_state)
     final = await read_job(lambda argv: steps.run(host, argv), slurm, job.job_id)
+    if not final.seen_by and not last.seen_by:
+        msg = (f"Slurm job {job.job_id} ({job.name}) on {cfg.name} is gone after scancel: neither squeue nor "
+               "sacct knows it any more (its end state was not seen)")
+        steps.done(msg)
+        return CancelOutcome(True, msg)
     state = final.state if final.seen_by else last.state
     steps.info(f"Slurm says job {job.job_id} is {state} ({final.summary() if final.seen_by else last.summary()})")
     step = None
@@ -139,10 +144,11 @@ async def scancel(host: Host, slurm: SlurmConfig, job: SlurmJob, steps: Steps, c
     else:
         msg = (f"Slurm job {job.job_id} ({job.name}) on {cfg.name} ended {state}{at}: it ended by itself "
                "before scancel took effect")
-    if state.split()[0] not in KNOWN_STATES:
+    base = state.split()[0] if state.split() else ""
+    if base not in KNOWN_STATES:
         msg += " (a state this console does not know)"
     steps.done(msg)
-    return CancelOutcome(True, msg, state.split()[0] if state else "")
+    return CancelOutcome(True, msg, base)
 
 
 async def _state(host: Host, slurm: SlurmConfig, job: SlurmJob) -> SlurmJob:

@@ -88,9 +88,12 @@ def pick(jobs: list[SlurmJob]) -> SlurmJob | None:
     return newest([j for j in jobs if j.active]) or newest(jobs)
 
 
-async def read_job(run: Runner, cfg: SlurmConfig, job_id: str | None = None) -> SlurmJob:
+async def read_job(run: Runner, cfg: SlurmConfig, job_id: str | None = None, known: SlurmJob | None = None) -> SlurmJob:
     """The configured job (or ``job_id``) as squeue, scontrol and sacct tell it. A job not found
-    or not readable comes back with ``seen_by == ""`` and an ``error`` line saying why."""
+    or not readable comes back with ``seen_by == ""`` and an ``error`` line saying why.
+
+    ``known``: the job as read last time; while it is the same job in the same state, its StdOut
+    path is kept and scontrol not asked again (a poll is then one squeue)."""
     res = await run(squeue_argv(cfg, job_id))
     problems: list[str] = []
     job: SlurmJob | None = None
@@ -100,7 +103,10 @@ async def read_job(run: Runner, cfg: SlurmConfig, job_id: str | None = None) -> 
     elif "Invalid job id" not in res.stderr:  # squeue -j of a job it no longer knows says that
         down = controller_down(res.stderr)
         return _missing(cfg, down or slurm_error("squeue", res.stderr, res.exit_status))
-    if job is not None and job.active:
+    if job is not None and job.active and known is not None and known.stdout and (
+            known.job_id, known.state) == (job.job_id, job.state):
+        job = replace(job, stdout=known.stdout)
+    elif job is not None and job.active:
         sc = await run(slurm_argv(cfg, "scontrol", "show", "job", "-o", job.job_id))
         if sc.exit_status == 0:
             job = apply_scontrol(job, parse_scontrol(sc.stdout.strip().splitlines()[0] if sc.stdout.strip() else ""))

@@ -57,7 +57,7 @@ class SlurmJobWatch(JobWatch):
         while True:
             await self.host.wait_connected()
             try:
-                job = await read_job(self._run, self.slurm)
+                job = await read_job(self._run, self.slurm, known=self.job)
             except HostUnavailable:
                 await asyncio.sleep(self.interval_s)
                 continue
