@@ -3,7 +3,8 @@
 #   apt (Debian): openssh-server (the lab's SSH hosts), tmux (console smoke tests), python3-venv,
 #        sudo (the lab's deploy as a non-root user through sudo),
 #        prometheus (the Prometheus source's tests scrape the lab's exporter doubles),
-#        chromium and fonts-dejavu-core (the browser tests of `specconsole web`)
+#        chromium and fonts-dejavu-core (the browser tests of `specconsole web`),
+#        slurmctld, slurmd, slurm-client and munge (the lab's real Slurm cluster, `lab up --slurm`)
 #   pip (into ./.venv): exactly requirements/dev.txt, a hashed lock (pip --require-hashes) of
 #        specconsole's [dev] extras (textual, asyncssh, httpx, sniffio, prometheus_client, nvidia-ml-py,
 #        msgspec, zstandard, docker-systemctl-replacement, torch 2.13.0 CPU, sglang-router 0.3.2 (the
@@ -27,6 +28,11 @@ command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
 # the browser tests of `specconsole web` (headless, driven by playwright; it downloads no browser)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf ] || need_apt+=(fonts-dejavu-core)
+# the lab's Slurm cluster (a controller, two compute nodes, munge): Debian's Slurm
+[ -x /usr/sbin/slurmctld ] || need_apt+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || need_apt+=(slurmd)
+command -v squeue >/dev/null 2>&1 || need_apt+=(slurm-client)
+[ -x /usr/sbin/munged ] || need_apt+=(munge)
 PY=${PYTHON:-python3}
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -36,7 +42,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 else
-  echo "==> system packages present (openssh-server, tmux, sudo, prometheus, chromium)"
+  echo "==> system packages present (openssh-server, tmux, sudo, prometheus, chromium, slurm, munge)"
 fi
 
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {

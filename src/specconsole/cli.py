@@ -185,6 +185,16 @@ async def _kill_training(args: argparse.Namespace) -> int:
     steps = Steps("kill-training", _step_printer(events))
     cfg, host = await _connected_host(config, args.host, "train", steps)
     try:
+        if cfg.slurm is not None:  # a Slurm job: scancel (issue 32)
+            from specconsole.actions.slurm_kill import cancel_slurm_job
+
+            async def ask(question: str, body: str, _button: str) -> bool:
+                for line in body.splitlines():
+                    _say(line)
+                return _confirm(question, args.yes, steps)
+
+            return (await cancel_slurm_job(host, cfg, steps, ask, lambda: require_audit(
+                events, "kill-training", allow_unaudited=args.no_audit))).exit_code
         plan = await find_job(host, cfg, steps)
         for line in plan.describe():
             _say(line)

@@ -104,6 +104,23 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """The training job is a Slurm job (``[hosts.slurm]``): read with squeue/scontrol/sacct and
+    cancelled with scancel over the host's connection (:mod:`specconsole.sources.slurm`)."""
+
+    #: which job: its name (the newest of that name and user), or its id (wins when both are set)
+    job_name: Text | None = None
+    job_id: Annotated[int, num(ge=1, why="it is a Slurm job id", example=1234)] | None = None
+    #: whose job (squeue -u); default: any user's
+    user: Text | None = None
+    #: SLURM_CONF for the Slurm commands on the host (default: the host's own configuration)
+    conf: RemotePath | None = None
+    interval_s: Annotated[float, _positive("it is the time between two squeue polls")] = 5.0
+    #: how long a kill waits for the job to reach CANCELLED after scancel
+    cancel_timeout_s: Annotated[float, _positive("0 would give up at once")] = 60.0
+
+
+@dataclass(frozen=True)
 class SglangConfig:
     base_url: Text
     unit: UnitName = "sglang.service"
@@ -166,6 +183,8 @@ class HostConfig:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     training: TrainingConfig | None = None
     sglang: SglangConfig | None = None
+    #: the training job runs under Slurm (issue 32)
+    slurm: SlurmConfig | None = None
     #: the login user is not root: a deploy runs its privileged part through ``sudo -n``
     sudo: bool = False
 
@@ -392,6 +411,9 @@ def _check_host(r: _Reader, host: HostConfig, prefix: str) -> HostConfig:
             raise r.fail(f"{prefix}.training.patterns", "format = \"regex\" needs patterns",
                          'add patterns = ["step (?P<step>\\\\d+) loss (?P<loss>[0-9.]+)"]')
         _check_patterns(r, f"{prefix}.training.patterns", training.patterns)
+    if host.slurm is not None and not (host.slurm.job_name or host.slurm.job_id):
+        raise r.fail(f"{prefix}.slurm", "[hosts.slurm] needs job_name or job_id",
+                     'add job_name = "drafter-train" (or job_id = 1234)')
     if sglang is not None:
         _check_base_url(r, f"{prefix}.sglang.base_url", sglang.base_url)
         if sglang.router_worker_url is not None:

@@ -127,7 +127,11 @@ class HostMonitor:
             from specconsole.sources.sglang import SglangSource
 
             sources["sglang"] = SglangSource(self.host, self.config.sglang)
-        if self.config.trains and self.config.training:
+        if self.config.trains and self.config.training and self.config.slurm:  # a Slurm job (issue 32)
+            from specconsole.sources.slurm import SlurmTrainingSource
+
+            sources["training"] = SlurmTrainingSource(self.host, self.config.training, self.config.slurm)
+        elif self.config.trains and self.config.training:
             from specconsole.sources.training import TrainingSource
 
             sources["training"] = TrainingSource(self.host, self.config.training)

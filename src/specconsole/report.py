@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from specconsole.formats.nvidia_smi import GpuSnapshot
+from specconsole.formats.slurm import slurm_lines
 from specconsole.monitor import HostStatus
 from specconsole.samples import Sample, format_age, format_bytes
 from specconsole.sources.sglang import SglangSnapshot
@@ -161,4 +162,6 @@ def _training_lines(sample: Sample[TrainingProgress], now: float) -> list[str]:
         lines.append(f"     skipped ahead {p.skips} time(s), {format_bytes(p.skipped_bytes)} of log not read")
     if p.error:
         lines.append(f"     {p.error}")
+    if p.slurm is not None:  # issue 32: the Slurm job
+        lines.extend(f"     {line}" for line in slurm_lines(p.slurm, now))
     return lines

@@ -55,6 +55,8 @@ def add_lab_parsers(sub: Any) -> None:
     up.add_argument("--sglang-version", default=BASE_VERSION,
                     help=f"the serving host's simulated SGLang: {BASE_VERSION}, or {DDTREE_VERSION} (with DDTree)")
     up.add_argument("--no-trainer", action="store_true", help="do not start the training job")
+    up.add_argument("--slurm", action="store_true", help="a real Slurm cluster (controller, two nodes, munge); the "
+                    "training job is sbatch'ed to it: srun torchrun --nnodes=2 (needs root and Debian's slurm)")
     up.add_argument("--serve", type=option_type(Replicas, "--serve"), default=1, metavar="N",
                     help="serving replicas: N >= 2 starts serve, serve2 .. serveN (DFLASH window 16) behind a real "
                          "sglang-router on loopback (for `specconsole deploy --hosts 'serve*'`)")
@@ -145,7 +147,7 @@ def _lab(args: argparse.Namespace) -> int:
     lab_dir = Path(args.dir).expanduser() if args.dir else None
     if args.lab_command == "up":
         options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer,
-                             sglang_version=args.sglang_version, serve=args.serve)
+                             sglang_version=args.sglang_version, serve=args.serve, slurm=args.slurm)
         lab = Lab(lab_dir, options, say=_say)
         try:
             lab.up()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specconsole.config import TrainingConfig
+from specconsole.formats.slurm import SlurmJob  # at run time: the recorder decodes TrainingProgress by its hints
 from specconsole.formats.training_log import (
     LineKind,
     LineParser,
@@ -79,6 +80,8 @@ class TrainingProgress:
     skips: int = 0
     skipped_bytes: int = 0
     skip_note: str | None = None
+    #: the Slurm job, when the job runs under Slurm (:mod:`specconsole.sources.slurm`)
+    slurm: SlurmJob | None = None
 
     @property
     def is_done(self) -> bool:

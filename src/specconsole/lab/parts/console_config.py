@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specconsole.lab.files import write_file
+from specconsole.lab.parts import slurm_cluster
 
 if TYPE_CHECKING:
     from specconsole.lab.parts.state import LabView
@@ -46,6 +47,8 @@ pid_file = {toml_str(lab.trainer_pid_file)}
 pattern = {toml_str(re.escape(f"specconsole.lab.doubles.trainer --log-path {lab.train_log}"))}
 grace_s = 30
 """
+    if o.slurm:  # issue 32: the training job is the lab cluster's Slurm job
+        text += slurm_cluster.config_table(lab)
     text += _serving_host(lab, "serve", s.sglang_port)
     if s.router_port:
         text += _replicas(lab)

@@ -50,7 +50,15 @@ from specconsole.lab.doubles.models import (
     write_target_model,
 )
 from specconsole.lab.doubles.sglang_versions import VERSIONS
-from specconsole.lab.parts import console_config, judge, serve_replicas, serving_unit, sshd_host, training_job
+from specconsole.lab.parts import (
+    console_config,
+    judge,
+    serve_replicas,
+    serving_unit,
+    slurm_cluster,
+    sshd_host,
+    training_job,
+)
 from specconsole.lab.parts.console_config import console_and_ssh, toml_str
 from specconsole.lab.parts.judge import JUDGE_ENV, judge_socket_path
 from specconsole.lab.parts.keys import client_key, write_known_hosts
@@ -195,7 +203,11 @@ class Lab:
         self.state.save()
         for name in self.state.hosts:
             self.start_sshd(name)
-        if o.trainer:
+        if o.slurm:  # issue 32: the training job is a Slurm job (sbatch) on the lab's cluster
+            slurm_cluster.start(self)
+        if o.trainer and o.slurm:
+            slurm_cluster.submit_training(self)
+        elif o.trainer:
             self.start_trainer()
         if o.sglang:  # its first start waits for the judge, as a real SGLang's start waits for its imports
             self._systemctl("daemon-reload")
@@ -216,6 +228,7 @@ class Lab:
                 self._systemctl("stop", "sglang.service", check=False, timeout=20)
         serve_replicas.stop_router(self)
         serve_replicas.stop_replicas(self)
+        slurm_cluster.stop(self)
         self.stop_trainer()
         self.stop_judge()
         for name in list(self.state.hosts):

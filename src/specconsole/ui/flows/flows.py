@@ -198,6 +198,15 @@ async def kill_training_flow(app: FlowContext) -> None:
     steps = Steps("kill-training", audit(app.events, also=app.emit), host=cfg.name)
     try:
         await connect_on_demand(host, steps, cfg.ssh.connect_timeout_s + 2)
+        if cfg.slurm is not None:  # a Slurm job: scancel (issue 32)
+            from specconsole.actions.slurm_kill import cancel_slurm_job
+
+            async def ask(title: str, body: str, button: str) -> bool:
+                steps.hand_over("your confirmation")  # the dialog's time is the operator's, no step's
+                return await app.confirm(title, body, button)
+
+            await cancel_slurm_job(host, cfg, steps, ask)
+            return
         plan = await find_job(host, cfg, steps, current_step=_current_step(app, cfg.name))
         if plan.empty:
             steps.done(plan.describe()[0])

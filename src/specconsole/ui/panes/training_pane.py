@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 
 from specconsole.config import HostConfig
+from specconsole.formats.slurm import slurm_lines
 from specconsole.monitor import HostStatus
 from specconsole.samples import format_age, format_bytes
 from specconsole.ui.panes.checkpoints_pane import CheckpointTable
@@ -57,6 +58,10 @@ class TrainingPane(PerHostPane):
                  f"ETA [b]{escape(p.eta_text or 'n/a')}[/]"]
         if p.error:
             lines.append(f"[$error]{escape(p.error)}[/]")
+        if p.slurm is not None:  # issue 32: the Slurm job, before its progress
+            lines[:0] = [f"[$error]{escape(x)}[/]" if (i or not p.slurm.seen_by) and x.startswith("slurm: ")
+                         else escape(x)
+                         for i, x in enumerate(slurm_lines(p.slurm, view.now))]
         body.set("\n".join(lines))
         loss_values = list(p.loss_history) or ([p.loss] if p.loss is not None else [])
         part(self, ".loss", PlotRow).show(loss_values, fmt.num(p.loss, "{:.4f}"))
