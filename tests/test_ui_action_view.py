@@ -164,7 +164,8 @@ async def test_form_enter_moves_fields_errors_in_place_and_refusal_beside_the_fi
 
     async def check(request: DeployRequest) -> DeployPlan:
         requests.append(request)
-        raise DeployRefused("draft window 8 is smaller than the block size 16: SGLang requires ...")
+        raise DeployRefused("draft window 8 is smaller than the block size 16: SGLang requires ...",
+                            field="draft_window")
 
     result: list[Any] = []
     async with app.run_test(size=(80, 24)) as pilot:

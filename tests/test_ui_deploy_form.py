@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
 from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Select, Static
@@ -38,7 +42,7 @@ async def test_ddtree_shows_block_size_and_tree_budget_and_sends_them() -> None:
 
     async def check(request: DeployRequest) -> DeployPlan:
         seen.append(request)
-        raise DeployRefused("tree budget 0: SGLang requires --speculative-ddtree-budget >= 1")
+        raise DeployRefused("tree budget 0: SGLang requires --speculative-ddtree-budget >= 1", field="tree_budget")
 
     form = DeployForm(VALUES, discover=discover, check=check, draft_model="/ckpt/run-step900")
     async with FormApp(form).run_test(size=(80, 24)) as pilot:
@@ -147,3 +151,96 @@ async def test_the_eagle_family_shows_steps_topk_and_draft_tokens_and_ngram_its_
         await click_plan(pilot, form)
         await wait_for(lambda: len(seen) == 2, 10, what="the NGRAM request", pilot=pilot)
         assert seen[-1].algorithm == "NGRAM" and seen[-1].num_steps is None and seen[-1].draft_tokens == "6"
+
+
+async def test_the_rules_say_the_field_of_their_refusal_and_the_form_marks_it(tmp_path: Path) -> None:
+    """Issue 35 item 4: a refusal carries its field (``DeployRefused.field``); the form marks that field
+    from it, not from the message text. The refusals come from the real preflight and algorithm rules."""
+    from importlib.resources import files
+
+    from specconsole.actions.algorithms import (
+        FORM_FIELDS,
+        SpecContext,
+        SpecInput,
+        _ddtree_rules,
+        check_offered,
+        plan_settings,
+    )
+    from specconsole.actions.deploy import _check_choices, preflight
+    from specconsole.config import parse_config
+    from specconsole.hosts import make_host
+    from specconsole.sglang.flags import CHECKED, CONCEPTS, SglangCli
+    from specconsole.steps import Steps
+
+    cli = SglangCli.from_help(files("specconsole.lab.data").joinpath("serve-help-0.5.23.txt").read_text())
+    names = {c: cli.name_for(c) for c in (*CONCEPTS, *CHECKED)}
+
+    def ctx(**current: str) -> SpecContext:
+        return SpecContext("serve", "sglang.service", "0.5.23", cli, names, {"draft_model": None, **current}, None)
+
+    def refusal(rule: Callable[[], object]) -> DeployRefused:
+        with pytest.raises(DeployRefused) as caught:
+            rule()
+        return caught.value
+
+    async def refused(rule: Awaitable[object]) -> DeployRefused:
+        with pytest.raises(DeployRefused) as caught:
+            await rule
+        return caught.value
+
+    cfg = parse_config({"hosts": [{"name": "serve", "role": "serve", "connect": "local",
+                                   "sglang": {"base_url": "http://127.0.0.1:30000"}}]}, "<test>").host("serve")
+    host = make_host(cfg)
+    steps = Steps("deploy", lambda _e: None, host="serve")
+    draft = tmp_path / "dflash-b16"
+    draft.mkdir()
+    (draft / "config.json").write_text('{"architectures": ["DFlashDraftModel"], "block_size": 16}')
+
+    def dflash(window: int | None, path: Path, algorithm: str = "DFLASH") -> Awaitable[object]:
+        given = SpecInput(algorithm, window, None, None, str(path), None)
+        return plan_settings(host, steps, ctx(), given, algorithm)
+
+    cases = [  # (the refusal, the field it is about, the algorithm whose form shows that field)
+        (refusal(lambda: check_offered(ctx(), "DDTREE")), "algorithm", "DFLASH"),
+        (await refused(dflash(8, draft)), "draft_window", "DFLASH"),
+        (await refused(dflash(None, tmp_path / "no-such-model")), "draft_model", "DFLASH"),
+        (refusal(lambda: _ddtree_rules(ctx(attention_backend="fa3"), SpecInput("DDTREE", None, 16, 32, None, None),
+                                       16, "DFLASH", {})), "tree_budget", "DDTREE"),
+        (await refused(preflight(host, cfg, DeployRequest(algorithm="NEXTN", num_steps="x"), steps)), "num_steps",
+         "NEXTN"),
+        (refusal(lambda: _check_choices(ctx(), "attention_backend", "trition")), None, "DFLASH"),
+    ]
+    assert "smaller than the block size 16" in str(cases[1][0]) and "config.json" in str(cases[2][0])
+    assert "did you mean triton?" in str(cases[5][0])
+    assert [err.field for err, _, _ in cases] == [key for _, key, _ in cases]
+    assert all(err.field is None or err.field in FORM_FIELDS for err, _, _ in cases)
+
+    now: list[DeployRefused] = []
+
+    async def check(request: DeployRequest) -> DeployPlan:
+        raise now[-1]
+
+    form = DeployForm(VALUES, check=check)
+    async with FormApp(form).run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        select = form.query_one("#deploy-algorithm", Select)
+        select.set_options([(a, a) for a in ("DFLASH", "DDTREE", "NEXTN")])
+        status = form.query_one("#deploy-status", Static)
+        for err, key, algorithm in cases:
+            select.value = algorithm
+            await pilot.pause()
+            now.append(err)
+            await click_plan(pilot, form)
+            if key is None:  # the deployment as a whole: on the status line, no field marked
+                await wait_for(lambda: "trition" in str(status.render()), 10, what="the refusal on the status line",
+                               pilot=pilot)
+                marked = [k for k in FORM_FIELDS if form.query_one(f"#error-{k}").display]
+                assert marked == [], marked
+                continue
+            error = form.query_one(f"#error-{key}", Static)
+            shown = str(err)[:40]
+            await wait_for(lambda e=error, s=shown: s in str(e.render()), 10,
+                           what=f"the refusal beside {key}", pilot=pilot)
+            assert error.display and form.focused is form.query_one(f"#deploy-{key}")
+            form.set_error(key, "")  # cleared, so the next case starts from a clean form
+        await host.close()

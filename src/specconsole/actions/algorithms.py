@@ -34,10 +34,22 @@ from specconsole.steps import Steps
 DDTREE_SOURCE = "sgl-project/sglang PR #29907"
 
 
+#: The deploy form's fields a refusal can be about (:attr:`DeployRefused.field`).
+FORM_FIELDS = ("algorithm", "draft_window", "block_size", "tree_budget", "num_steps", "eagle_topk", "draft_tokens",
+               "draft_model")
+
+
 class DeployRefused(SpecConsoleError):
-    """Preflight refused the deploy; nothing on the host was changed."""
+    """Preflight refused the deploy; nothing on the host was changed.
+
+    ``field``: the deploy form's field the refusal is about (one of :data:`FORM_FIELDS`), which the
+    form marks; None: the deployment as a whole (the unit, the host, the SGLang install)."""
 
     exit_code = 2
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -77,12 +89,13 @@ class SpecContext:
         return f"SGLang {self.version} on {self.host}" if self.version else f"the SGLang on {self.host}"
 
 
-def check_value(what: str, value: str | None) -> None:
-    """Refuse a value that would reach the unit file with a control or line-break character."""
+def check_value(what: str, value: str | None, field: str | None = None) -> None:
+    """Refuse a value that would reach the unit file with a control or line-break character
+    (``field``: the form's field it came from)."""
     try:
         check_unit_value(value or "", what)
     except UnitError as err:
-        raise DeployRefused(str(err)) from None
+        raise DeployRefused(str(err), field=field) from None
 
 
 def to_int(value: str | None) -> int | None:
@@ -101,10 +114,10 @@ def check_offered(ctx: SpecContext, algorithm: str | None) -> None:
         raise DeployRefused(
             f"{ctx.sglang()} does not offer DDTREE: looked for DDTREE among the choices of {flag} ({listed}) "
             f"and for the flag {', '.join(CONCEPTS['tree_budget'])} ({budget}); DDTree needs an SGLang built "
-            f"with {DDTREE_SOURCE}")
+            f"with {DDTREE_SOURCE}", field="algorithm")
     if offered and algorithm not in offered:
         raise DeployRefused(f"{ctx.sglang()} does not offer the speculative algorithm {algorithm}: {flag}: "
-                            f"{listed}; pass one of them")
+                            f"{listed}; pass one of them", field="algorithm")
 
 
 async def plan_settings(host: Host, steps: Steps, ctx: SpecContext, given: SpecInput,
@@ -118,12 +131,14 @@ async def plan_settings(host: Host, steps: Steps, ctx: SpecContext, given: SpecI
     if algorithm in BLOCK_ALGORITHMS:
         if given.eagle_knobs:
             raise DeployRefused(f"--num-steps, --topk and --draft-tokens do not apply to {algorithm} (SGLang forces "
-                                f"steps and topk to 1; its draft tokens are the block size): pass --block-size")
+                                f"steps and topk to 1; its draft tokens are the block size): pass --block-size",
+                                field="algorithm")
         return await _dflash_family(host, steps, ctx, given, algorithm, new)
     if given.block is not None:
-        raise DeployRefused("--block-size applies to DFLASH and DDTREE only; pass --algorithm DFLASH or DDTREE")
+        raise DeployRefused("--block-size applies to DFLASH and DDTREE only; pass --algorithm DFLASH or DDTREE",
+                            field="algorithm")
     if given.budget is not None:
-        raise DeployRefused("--tree-budget applies to DDTREE only; pass --algorithm DDTREE")
+        raise DeployRefused("--tree-budget applies to DDTREE only; pass --algorithm DDTREE", field="algorithm")
     was_block = (cur.get("algorithm") or "").upper() in BLOCK_ALGORITHMS
     if given.window is not None:
         new["draft_window"] = str(given.window)
@@ -143,11 +158,11 @@ async def plan_settings(host: Host, steps: Steps, ctx: SpecContext, given: SpecI
         _eagle_knobs(ctx, given, algorithm, was_block, new)
         if algorithm != "NEXTN" and not new.get("draft_model", cur.get("draft_model")):
             raise DeployRefused(f"{algorithm} needs a draft model: SGLang requires --speculative-draft-model-path "
-                                f"for {algorithm}; pass --draft-model PATH")
+                                f"for {algorithm}; pass --draft-model PATH", field="draft_model")
     elif algorithm == "NGRAM":
         if given.num_steps is not None or given.topk is not None:
             raise DeployRefused("NGRAM takes no --num-steps or --topk (SGLang derives them from the n-gram "
-                                "breadth); pass --draft-tokens only")
+                                "breadth); pass --draft-tokens only", field="algorithm")
         new["num_steps"] = new["eagle_topk"] = None
         if given.draft_tokens is not None:
             new["num_draft_tokens"] = str(given.draft_tokens)
@@ -198,7 +213,7 @@ def _eagle_knobs(ctx: SpecContext, given: SpecInput, algorithm: str, was_block: 
         raise DeployRefused(
             f"{algorithm} with --speculative-eagle-topk or --speculative-num-draft-tokens needs "
             f"--speculative-num-steps: SGLang asserts that topk and draft tokens are unset when it chooses the "
-            f"steps itself; pass --num-steps N (or none of the three)")
+            f"steps itself; pass --num-steps N (or none of the three)", field="num_steps")
 
 
 async def _read_draft_config(host: Host, steps: Steps, ctx: SpecContext, draft: str) -> dict[str, Any]:
@@ -207,13 +222,13 @@ async def _read_draft_config(host: Host, steps: Steps, ctx: SpecContext, draft: 
         raise DeployRefused(f"draft model {draft} has no config.json on {ctx.host} (cannot read "
                             f"{draft.rstrip('/')}/config.json); check the path (SGLang requires "
                             f"--speculative-draft-model-path to be a Hugging Face model directory: "
-                            f"export a training checkpoint first)")
+                            f"export a training checkpoint first)", field="draft_model")
     try:
         data = json.loads(res.stdout)
     except ValueError:
-        raise DeployRefused(f"{draft}/config.json on {ctx.host} is not valid JSON") from None
+        raise DeployRefused(f"{draft}/config.json on {ctx.host} is not valid JSON", field="draft_model") from None
     if not isinstance(data, dict):
-        raise DeployRefused(f"{draft}/config.json on {ctx.host} is not a JSON object")
+        raise DeployRefused(f"{draft}/config.json on {ctx.host} is not a JSON object", field="draft_model")
     return data
 
 
@@ -224,11 +239,12 @@ async def _dflash_family(host: Host, steps: Steps, ctx: SpecContext, given: Spec
     draft = given.draft_model or cur["draft_model"] or ctx.default_draft
     if draft and SPECIFIER in draft:
         raise DeployRefused(f"the draft model path {show_word(draft)} in {ctx.unit} uses a systemd % "
-                            f"specifier the console cannot resolve; pass --draft-model with the path written out")
-    check_value("the draft model path", draft)
+                            f"specifier the console cannot resolve; pass --draft-model with the path written out",
+                            field="draft_model")
+    check_value("the draft model path", draft, "draft_model")
     if not draft:
         raise DeployRefused(f"{algorithm} needs a draft model: SGLang requires --speculative-draft-model-path; "
-                            "pass --draft-model PATH or set sglang.draft_model_path")
+                            "pass --draft-model PATH or set sglang.draft_model_path", field="draft_model")
     draft_cfg = await _read_draft_config(host, steps, ctx, draft)
     arch = draft_cfg.get("architectures") or []
     model_block = draft_cfg.get("block_size") or (draft_cfg.get("dflash_config") or {}).get("block_size")
@@ -239,7 +255,8 @@ async def _dflash_family(host: Host, steps: Steps, ctx: SpecContext, given: Spec
     block = given.block or to_int(cur.get("block_size")) or (to_int(cur.get("num_draft_tokens")) if was_block
                                                               else None) or (int(model_block) if model_block else None)
     if block is None:
-        raise DeployRefused("no block size: pass --block-size N (the draft model's config.json has none)")
+        raise DeployRefused("no block size: pass --block-size N (the draft model's config.json has none)",
+                            field="block_size")
     if model_block and block != int(model_block):
         ctx.warnings.append(f"block size {block} differs from the draft model's block_size {model_block}")
     window = given.window or to_int(cur.get("draft_window"))
@@ -256,7 +273,7 @@ async def _dflash_family(host: Host, steps: Steps, ctx: SpecContext, given: Spec
         raise DeployRefused(
             f"draft window {window} is smaller than the block size {block}: SGLang requires "
             f"--speculative-draft-window-size >= the DFLASH block size (--speculative-num-draft-tokens); "
-            f"use a window of at least {block}")
+            f"use a window of at least {block}", field="draft_window")
     new.update(algorithm=algorithm, draft_model=draft, draft_window=str(window) if window else None)
     if ctx.names.get("block_size") and algorithm == "DFLASH":  # a DFLASH-only flag of its own (0.5.23)
         new["block_size"] = str(block)
@@ -285,7 +302,7 @@ def _ddtree_rules(ctx: SpecContext, given: SpecInput, block: int, was: str | Non
     effective = budget if budget is not None else block - 1
     if effective < 1:
         raise DeployRefused(f"tree budget {effective} (the default is block size - 1): SGLang requires "
-                            f"--speculative-ddtree-budget >= 1; pass --tree-budget N with N >= 1")
+                            f"--speculative-ddtree-budget >= 1; pass --tree-budget N with N >= 1", field="tree_budget")
     if cur.get("rejection_sampling") is not None:
         raise DeployRefused(f"{ctx.unit} passes --speculative-use-rejection-sampling, which SGLang refuses for "
                             f"DDTREE (DDTREE speculative decoding does not support it); remove it from the unit")
@@ -302,14 +319,14 @@ def _ddtree_rules(ctx: SpecContext, given: SpecInput, block: int, was: str | Non
             own = cur.get(concept)
             if own is not None and own != "triton":
                 raise DeployRefused(f"{rule}; {ctx.unit} sets {flag} {own}: remove it or set it to triton, or pass a "
-                                    f"tree budget <= {block - 1} (spine mode)")
+                                    f"tree budget <= {block - 1} (spine mode)", field="tree_budget")
         if backend is None:
             new["attention_backend"] = "triton"
             ctx.notes.append(f"{rule}; the unit sets no attention backend, so the drop-in adds "
                              f"--attention-backend triton")
         elif backend != "triton":
             raise DeployRefused(f"{rule}; {ctx.unit} uses --attention-backend {backend}: pass --attention-backend "
-                                f"triton, or a tree budget <= {block - 1} (spine mode)")
+                                f"triton, or a tree budget <= {block - 1} (spine mode)", field="tree_budget")
         else:
             ctx.notes.append(f"full-tree mode: budget {effective} > block size - 1 = {block - 1}, attention "
                              f"backend triton")

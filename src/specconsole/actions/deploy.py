@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from specconsole.actions import host_check, privilege
 from specconsole.actions.algorithms import (
+    FORM_FIELDS,
     DeployRefused,
     SpecContext,
     SpecInput,
@@ -64,17 +65,17 @@ __all__ = ["BaseUnitChanged", "DeployOutcome", "DeployPlan", "DeployRefused", "D
 
 # ----------------------------------------------------------------------------------- input
 
-def _positive_int(raw: str | int | None, what: str, flag: str) -> int | None:
+def _positive_int(raw: str | int | None, what: str, flag: str, field: str) -> int | None:
     if raw is None:
         return None
     text = str(raw).strip()
     if not re.fullmatch(r"[+-]?\d+", text):
-        raise DeployRefused(f"{what} must be a whole number, got {raw!r} (SGLang's {flag} takes an int)")
+        raise DeployRefused(f"{what} must be a whole number, got {raw!r} (SGLang's {flag} takes an int)", field=field)
     value = int(text)
     if value <= 0:
-        raise DeployRefused(f"{what} must be positive, got {value} (SGLang refuses {flag} <= 0)")
+        raise DeployRefused(f"{what} must be positive, got {value} (SGLang refuses {flag} <= 0)", field=field)
     if value > SPEC_INT_MAX:
-        raise DeployRefused(f"{what} must be <= {SPEC_INT_MAX}, got {value} (SGLang's {flag} is a C int)")
+        raise DeployRefused(f"{what} must be <= {SPEC_INT_MAX}, got {value} (SGLang's {flag} is a C int)", field=field)
     return value
 
 
@@ -90,16 +91,19 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     if cfg.sglang is None:
         raise DeployRefused(f"{cfg.name}: no [hosts.sglang] configured; nothing to deploy")
     unit_name = cfg.sglang.unit
-    window_in = _positive_int(request.draft_window, "the draft window", "--speculative-draft-window-size")
-    block_in = _positive_int(request.block_size, "the block size", "--speculative-num-draft-tokens")
-    budget_in = _positive_int(request.tree_budget, "the tree budget", "--speculative-ddtree-budget")
-    steps_in = _positive_int(request.num_steps, "the number of draft steps", "--speculative-num-steps")
-    topk_in = _positive_int(request.eagle_topk, "the topk", "--speculative-eagle-topk")
-    tokens_in = _positive_int(request.draft_tokens, "the number of draft tokens", "--speculative-num-draft-tokens")
+    window_in = _positive_int(request.draft_window, "the draft window", "--speculative-draft-window-size",
+                              "draft_window")
+    block_in = _positive_int(request.block_size, "the block size", "--speculative-num-draft-tokens", "block_size")
+    budget_in = _positive_int(request.tree_budget, "the tree budget", "--speculative-ddtree-budget", "tree_budget")
+    steps_in = _positive_int(request.num_steps, "the number of draft steps", "--speculative-num-steps", "num_steps")
+    topk_in = _positive_int(request.eagle_topk, "the topk", "--speculative-eagle-topk", "eagle_topk")
+    tokens_in = _positive_int(request.draft_tokens, "the number of draft tokens", "--speculative-num-draft-tokens",
+                               "draft_tokens")
     algo_in = request.algorithm.strip().upper() if request.algorithm else None
-    for what, raw in (("--draft-model", request.draft_model), ("--algorithm", request.algorithm),
-                      ("--attention-backend", request.attention_backend)):
-        check_value(what, raw)
+    for what, raw, key in (("--draft-model", request.draft_model, "draft_model"),
+                           ("--algorithm", request.algorithm, "algorithm"),
+                           ("--attention-backend", request.attention_backend, None)):
+        check_value(what, raw, key)
 
     steps.begin("read the unit", f"reading {unit_name}")
     cat = await steps.run(host, ["systemctl", "cat", "--", unit_name])
@@ -162,18 +166,20 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
     algo = algo_in or (cur["algorithm"].upper() if cur["algorithm"] else None)
     if (algo_in or window_in or block_in or budget_in or request.draft_model or steps_in or topk_in
             or tokens_in) and algo is None:
-        raise DeployRefused("no speculative algorithm in the unit; pass --algorithm DFLASH (or NEXTN, DDTREE)")
+        raise DeployRefused("no speculative algorithm in the unit; pass --algorithm DFLASH (or NEXTN, DDTREE)",
+                            field="algorithm")
     ctx = SpecContext(cfg.name, unit_name, version, cli, names, cur, cfg.sglang.draft_model_path, warnings)
     check_offered(ctx, algo_in)
     for concept, value_in in (("draft_window", window_in), ("algorithm", algo_in), ("tree_budget", budget_in),
                            ("attention_backend", request.attention_backend)):
         if value_in is not None and concept not in flag_names:
             raise DeployRefused(f"SGLang {version or ''} on {cfg.name} has no flag for the {concept.replace('_', ' ')} "
-                                f"(looked for {', '.join(CONCEPTS[concept])} in its --help)".replace("  ", " "))
+                                f"(looked for {', '.join(CONCEPTS[concept])} in its --help)".replace("  ", " "),
+                                field=concept if concept in FORM_FIELDS else None)
     if block_in is not None and not (flag_names.keys() & {"block_size", "num_draft_tokens"}):
         raise DeployRefused(f"SGLang {version or ''} on {cfg.name} has no flag for the block size (looked for "
                             f"{', '.join(CONCEPTS['block_size'] + CONCEPTS['num_draft_tokens'])} in its --help)"
-                            .replace("  ", " "))
+                            .replace("  ", " "), field="block_size")
     _check_choices(ctx, "attention_backend", request.attention_backend)
     given = SpecInput(algo_in, window_in, block_in, budget_in, request.draft_model, request.attention_backend,
                       steps_in, topk_in, tokens_in)

@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
 from specconsole.actions.algorithms import FIELDS_FOR, NO_DRAFT_MODEL, SPECIFIC
-from specconsole.actions.deploy import DeployPlan, DeployRequest
+from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
@@ -94,17 +94,6 @@ async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list
     found = cli.algorithms()
     steps.info(f"{flag} choices: {', '.join(found)}" if found else f"{flag}: --help lists no choices")
     return found
-
-
-def field_for(message: str) -> str | None:
-    """Which form field a preflight refusal is about (None: the form as a whole)."""
-    low = message.lower()
-    for needle, key in (("draft window", "draft_window"), ("tree budget", "tree_budget"), ("block size", "block_size"),
-                        ("draft model", "draft_model"), ("config.json", "draft_model"),
-                        ("algorithm", "algorithm")):
-        if needle in low:
-            return key
-    return None
 
 
 class DeployForm(ModalScreen[DeployPlan | None]):
@@ -307,7 +296,8 @@ class DeployForm(ModalScreen[DeployPlan | None]):
             plan = await self.check(request)
         except SpecConsoleError as err:
             message = str(err)
-            key = field_for(message)
+            field = err.field if isinstance(err, DeployRefused) else None
+            key = field if field is not None and self.applies(field) else None  # a hidden field: the status line
             self.set_error(key, message)
             if key is not None:
                 self._status("refused: fix the field marked ✗ (nothing on the host was changed)", error=True)
