@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from typing import TYPE_CHECKING, Any
 
 from specconsole.actions import host_check, privilege
@@ -46,15 +45,16 @@ from specconsole.actions.deploy_plan import (
 )
 from specconsole.actions.host_check import HostVerdict
 from specconsole.actions.privilege import Privilege, PrivilegeRefused, agent_python, alive_argv
+from specconsole.actions.unit_cli import read_cli, read_unit
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.http_body import MIB
-from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli, help_command
+from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli
 from specconsole.sglang.rebase import find_drift
-from specconsole.sglang.unit import SPECIFIER, ServiceUnit, dropin_text, parse_unit, show_word
+from specconsole.sglang.unit import ServiceUnit, dropin_text, show_word
 from specconsole.steps import Steps
-from specconsole.values import SPEC_INT_MAX, output_line
+from specconsole.values import SPEC_INT_MAX
 
 if TYPE_CHECKING:
     from specconsole.sglang import SglangClient
@@ -79,11 +79,6 @@ def _positive_int(raw: str | int | None, what: str, flag: str, field: str) -> in
     return value
 
 
-async def _read_text(host: Host, steps: Steps, path: str) -> str | None:
-    res = await steps.run(host, ["cat", "--", path])
-    return res.stdout if res.ok else None
-
-
 # ------------------------------------------------------------------------------- preflight
 
 async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: Steps) -> DeployPlan:
@@ -106,20 +101,8 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
         check_value(what, raw, key)
 
     steps.begin("read the unit", f"reading {unit_name}")
-    cat = await steps.run(host, ["systemctl", "cat", "--", unit_name])
-    if not cat.ok:
-        raise DeployRefused(f"{cfg.name}: `systemctl cat {unit_name}` failed: "
-                            f"{output_line(cat.stderr or cat.stdout)}; check sglang.unit in the config")
-    first = parse_unit(unit_name, cat.stdout)
-    env_texts: dict[str, str] = {}
-    for env_file in first.environment_files:
-        text = await _read_text(host, steps, env_file.lstrip("-"))
-        if text is None and not env_file.startswith("-"):
-            raise DeployRefused(f"{cfg.name}: EnvironmentFile {env_file} of {unit_name} cannot be read")
-        env_texts[env_file.lstrip("-")] = text or ""
-    unit = parse_unit(unit_name, cat.stdout, env_texts) if env_texts else first
-    base = (parse_unit(unit_name, cat.stdout, env_texts, exclude=(unit.deploy_dropin,))
-            if unit.file_text(unit.deploy_dropin) is not None and len(unit.files) > 1 else unit)
+    read = await read_unit(host, cfg.name, unit_name, steps)
+    unit, base = read.unit, read.base
     steps.info(f"{len(unit.files)} file(s); ExecStart ({len(unit.exec_start)} words) from {unit.exec_start_file}")
     priv = Privilege()
     if cfg.sudo:  # refuse now, before anything changes, when sudo cannot do the agent's work
@@ -133,17 +116,7 @@ async def preflight(host: Host, cfg: HostConfig, request: DeployRequest, steps: 
                         f"the expanded flags explicitly")
 
     steps.begin("SGLang flags", "asking the installed SGLang which flags it has")
-    argv0 = Argv.parse((base if request.rebase else unit).exec_start, SglangCli())
-    if any(SPECIFIER in w for w in argv0.prefix):
-        raise DeployRefused(f"{cfg.name}: the program in {unit_name}'s ExecStart "
-                            f"({show_word(' '.join(argv0.prefix))}) uses a systemd % specifier; "
-                            f"write the path out in the unit so the console can run its --help")
-    help_res = await steps.run(host, help_command(argv0.prefix), timeout=180,
-                               summary=lambda r: f"{r.stdout.count(chr(10))} lines of --help")
-    cli = SglangCli.from_help(help_res.stdout + "\n" + help_res.stderr)
-    if not cli.flags:
-        raise DeployRefused(f"{cfg.name}: `{shlex.join(help_command(argv0.prefix))}` printed no options "
-                            f"(exit {help_res.exit_status}); is ExecStart's program SGLang?")
+    cli = (await read_cli(host, cfg.name, unit_name, (base if request.rebase else unit).exec_start, steps)).cli
     names = {c: cli.name_for(c) for c in (*CONCEPTS, *CHECKED)}
     if cli.same(names["block_size"], names["num_draft_tokens"]):
         names["block_size"] = None  # one option under two names (newer SGLang): the block is num_draft_tokens

@@ -222,6 +222,27 @@ async def kill_training_flow(app: FlowContext) -> None:
         steps.failed(str(err))
 
 
+async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list[str]:
+    """Ask the installed SGLang (the unit's own program, read as preflight reads it) which speculative
+    algorithms it has; none (the form offers its fallback) when the unit or its --help cannot be read."""
+    from specconsole.actions.deploy import DeployRefused
+    from specconsole.actions.unit_cli import read_unit_cli
+    from specconsole.ui.screens.deploy_form import FALLBACK_ALGORITHMS
+
+    if cfg.sglang is None:
+        return []
+    steps.begin("discover algorithms", f"asking {cfg.name}'s SGLang which algorithms it has")
+    try:
+        cli = (await read_unit_cli(host, cfg, steps)).cli
+    except DeployRefused as err:
+        steps.warn(f"{err}; offering {', '.join(FALLBACK_ALGORITHMS)}")
+        return []
+    flag = cli.name_for("algorithm") or "--speculative-algorithm"
+    found = cli.algorithms()
+    steps.info(f"{flag} choices: {', '.join(found)}" if found else f"{flag}: --help lists no choices")
+    return found
+
+
 async def ask_deploy_form(app: FlowContext, host: Host, cfg: HostConfig, steps: Steps, values: dict[str, str],
                           form_wait: str) -> tuple[DeployPlan | None, DeployRequest | None]:
     """The deploy form for ``host`` (algorithms discovered from its --help, each request checked in
@@ -229,7 +250,7 @@ async def ask_deploy_form(app: FlowContext, host: Host, cfg: HostConfig, steps: 
     ``(None, None)`` when the operator cancelled. While the form is open its time is the operator's
     (``form_wait``), except while discovery or preflight runs (their steps begin and end the turn)."""
     from specconsole.actions.deploy import preflight
-    from specconsole.ui.screens.deploy_form import DeployForm, discover_algorithms
+    from specconsole.ui.screens.deploy_form import DeployForm
 
     asked: list[DeployRequest] = []
 

@@ -28,10 +28,8 @@ from specconsole.actions.algorithms import FIELDS_FOR, NO_DRAFT_MODEL, SPECIFIC
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
 from specconsole.config import HostConfig
 from specconsole.errors import SpecConsoleError
-from specconsole.hosts import Host
 from specconsole.samples import Sample
 from specconsole.sources.sglang import SglangSnapshot
-from specconsole.steps import Steps
 from specconsole.ui.style.formatting import escape
 
 #: The window the wizard proposes when the deployment has none: the usual DFlash block size.
@@ -71,29 +69,6 @@ def algorithm_choices(help_text: str) -> list[str]:
     from specconsole.sglang.flags import SglangCli
 
     return SglangCli.from_help(help_text).algorithms()
-
-
-async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list[str]:
-    """Ask the installed SGLang (the unit's own program) which speculative algorithms it has."""
-    from specconsole.sglang.flags import Argv, SglangCli, help_command
-    from specconsole.sglang.unit import parse_unit
-
-    if cfg.sglang is None:
-        return []
-    steps.begin("discover algorithms", f"asking {cfg.name}'s SGLang which algorithms it has")
-    cat = await steps.run(host, ["systemctl", "cat", "--", cfg.sglang.unit])
-    if not cat.ok:
-        steps.warn(f"`systemctl cat {cfg.sglang.unit}` failed; offering {', '.join(FALLBACK_ALGORITHMS)}")
-        return []
-    unit = parse_unit(cfg.sglang.unit, cat.stdout)
-    prefix = Argv.parse(unit.exec_start, SglangCli()).prefix
-    res = await steps.run(host, help_command(prefix), timeout=180,
-                          summary=lambda r: f"{r.stdout.count(chr(10))} lines of --help")
-    cli = SglangCli.from_help(res.stdout + "\n" + res.stderr)
-    flag = cli.name_for("algorithm") or "--speculative-algorithm"
-    found = cli.algorithms()
-    steps.info(f"{flag} choices: {', '.join(found)}" if found else f"{flag}: --help lists no choices")
-    return found
 
 
 class DeployForm(ModalScreen[DeployPlan | None]):
