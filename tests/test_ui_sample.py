@@ -17,7 +17,7 @@ from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.console.command_palette import ActionsProvider
 from specconsole.ui.panes.events_pane import EventsPane
 from specconsole.ui.panes.host_pane import HostPane
-from specconsole.ui.registry import REGISTRY, key_display
+from specconsole.ui.registry import BY_ID, REGISTRY, key_display
 from specconsole.ui.screens.confirm import ConfirmScreen
 from specconsole.ui.screens.help import HelpScreen
 from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
@@ -67,6 +67,11 @@ async def test_80x24_sums_up_both_hosts_side_by_side(tmp_path: Path) -> None:
 async def test_help_screen_lists_every_binding(tmp_path: Path) -> None:
     app = sample_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()  # not read-only: the destructive actions' bindings are offered, each its flow
+        offered = {b.binding.id: b.binding.action for b in app.screen.active_bindings.values()}
+        assert offered["kill_training"] == "flow('kill_training')" and offered["deploy"] == "flow('deploy')"
+        assert app.check_action("flow", ("kill_training",)) is True
+        assert app.check_action("flow", ("help",)) is False  # flow() runs only an action's own flow
         await pilot.press("question_mark")
         await wait_for(lambda: isinstance(app.screen, HelpScreen), 30, what="the help screen", pilot=pilot)
         help_screen = app.screen
@@ -91,9 +96,16 @@ async def check_read_only(app: ConsoleApp) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert app.read_only
-        bound = {b.binding.action for b in app.screen.active_bindings.values()}  # what Textual offers
-        assert "kill_training" not in bound and "deploy" not in bound
-        assert app.check_action("kill_training", ()) is False
+        offered = [b.binding for b in app.screen.active_bindings.values()]  # what Textual offers
+        destructive = {s.id for s in REGISTRY if s.destructive}
+        assert destructive == {"kill_training", "deploy", "deploy_checkpoint", "rollout"}
+        assert not destructive & {b.id for b in offered}  # no binding of a destructive action (by its id)
+        assert not [b.action for b in offered if b.action.startswith("flow")]  # and none runs a flow
+        for spec_id in destructive:  # the action its binding would run is refused, also by its bare id
+            spec = BY_ID[spec_id]
+            assert spec.action == f"flow('{spec_id}')"
+            assert app._check_action_state(spec.action, app) is False
+            assert app.check_action("flow", (spec_id,)) is False and app.check_action(spec_id, ()) is False
         await wait_for(lambda: "Help" in app.screen_text().splitlines()[-1], 30, what="the footer", pilot=pilot)
         footer = app.screen_text().splitlines()[-1]
         assert "Kill training" not in footer and "Deploy" not in footer and "Help" in footer

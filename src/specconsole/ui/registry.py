@@ -73,10 +73,11 @@ def _fleet_and_router(ctx: ActionContext) -> str | None:
 
 @dataclass(frozen=True)
 class ActionSpec:
-    """One console action. ``id`` is also the Textual action name (``action_<id>`` on the app); an
-    action with a ``flow`` runs the flow that id names (``FLOWS`` in :mod:`specconsole.ui.flows.flows`)
-    through ``ConsoleActions.start`` (one at a time). The registry is data: it names flows, and
-    imports none."""
+    """One console action. ``id`` is its Textual binding's id (what ``[keys]`` and a keymap name) and,
+    without a ``flow``, the Textual action name (``action_<id>`` on the app); an action with a
+    ``flow`` binds ``flow('<id>')`` (the app's one ``action_flow``), which runs the flow that
+    ``flow`` names (``FLOWS`` in :mod:`specconsole.ui.flows.by_id`) through ``ConsoleActions.start``
+    (one at a time). The registry is data: it names flows, and imports none."""
 
     id: str
     key: str
@@ -94,6 +95,19 @@ class ActionSpec:
     @property
     def step_action(self) -> str:
         return self.steps_as or self.id
+
+    @property
+    def action(self) -> str:
+        """The Textual action its binding runs: ``flow('<id>')`` for a flow, else the id."""
+        return f"flow({self.id!r})" if self.flow is not None else self.id
+
+
+def spec_id_of(action: str, parameters: tuple[object, ...]) -> str:
+    """The registry id of a Textual action (as ``check_action`` gets it): ``flow('<id>')`` is ``<id>``
+    (a ``flow`` without one id is ``flow``, which no spec has)."""
+    if action == "flow":
+        return parameters[0] if len(parameters) == 1 and isinstance(parameters[0], str) else action
+    return action
 
 
 REGISTRY: tuple[ActionSpec, ...] = (
@@ -287,9 +301,9 @@ def plan_keys(remap: Mapping[str, str], read_only: bool,
 
 def registry_bindings(registry: Iterable[ActionSpec] = REGISTRY) -> list[Binding]:
     """One Textual binding per action at its default key, its id the action's id (what a keymap
-    names). Read-only removal is :meth:`ConsoleApp.check_action`'s: a removed action is hidden and
-    never runs."""
-    return [Binding(spec.key, spec.id, spec.description, show=spec.show, id=spec.id, tooltip=spec.help,
+    names), its action :attr:`ActionSpec.action` (``flow('<id>')`` for a flow). Read-only removal is
+    :meth:`ConsoleApp.check_action`'s: a removed action is hidden and never runs."""
+    return [Binding(spec.key, spec.action, spec.description, show=spec.show, id=spec.id, tooltip=spec.help,
                     priority=spec.id == "command_palette") for spec in registry]
 
 

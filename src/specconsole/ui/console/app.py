@@ -69,7 +69,16 @@ from specconsole.ui.panes.events_pane import EventList, EventsPane
 from specconsole.ui.panes.history import History
 from specconsole.ui.panes.pane_base import PerHostPane, View
 from specconsole.ui.panes.per_host import per_host_panes
-from specconsole.ui.registry import BY_ID, REGISTRY, ActionSpec, KeyPlan, keymap, plan_keys, registry_bindings
+from specconsole.ui.registry import (
+    BY_ID,
+    REGISTRY,
+    ActionSpec,
+    KeyPlan,
+    keymap,
+    plan_keys,
+    registry_bindings,
+    spec_id_of,
+)
 from specconsole.ui.screens.help import HelpScreen
 from specconsole.ui.style.formatting import Palette
 from specconsole.ui.style.themes import ConsoleState, LoadedThemes, load_themes, pick_theme
@@ -376,13 +385,18 @@ class ConsoleApp(App[int]):
         return spec.available(self)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action not in BY_ID:
+        """Textual asks before it offers or runs an action: ``flow('<id>')`` is gated as ``<id>``."""
+        spec_id = spec_id_of(action, parameters)
+        spec = BY_ID.get(spec_id)
+        if action == "flow" and (spec is None or spec.flow is None):
+            return False  # flow() runs only a registry action's own flow
+        if spec is None:
             return True
-        if not self.key_plan.is_bound(action):
+        if not self.key_plan.is_bound(spec_id):
             return False  # read-only: removed entirely
-        if isinstance(self.screen, ModalScreen) and action not in ("command_palette", "quit"):
+        if isinstance(self.screen, ModalScreen) and spec_id not in ("command_palette", "quit"):
             return False
-        return True if self.unavailable_reason(action) is None else None
+        return True if self.unavailable_reason(spec_id) is None else None
 
     def on_key(self, event: textual_events.Key) -> None:
         """The key of an action read-only mode removed says why (the palette's one line), not nothing:
@@ -402,7 +416,7 @@ class ConsoleApp(App[int]):
             self.events.emit(f"{spec.description.lower()}: unavailable: {why}", level="warning")
             self.notify(f"{spec.description}: {why}", severity="warning", timeout=4)
             return
-        self.call_later(self.run_action, action_id)
+        self.call_later(self.run_action, spec.action)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -433,14 +447,9 @@ class ConsoleApp(App[int]):
             view.open_filter()
 
     # -- actions with a flow, the action view, the eval run (app_actions.py) --------------
-    def action_kill_training(self) -> None:
-        self.actions.start("kill_training")
-
-    def action_deploy(self) -> None:
-        self.actions.start("deploy")
-
-    def action_deploy_checkpoint(self) -> None:
-        self.actions.start("deploy_checkpoint")
+    def action_flow(self, spec_id: str) -> None:
+        """``flow('<id>')``: every registry action with a flow binds this (gated by ``check_action``)."""
+        self.actions.start(spec_id)
 
     def action_fleet_mark(self) -> None:
         view = self.fleet_nav.view
@@ -448,9 +457,6 @@ class ConsoleApp(App[int]):
         if view is not None and host is not None:
             marked = ", ".join(sorted(view.table.marked)) or "none"
             self.notify(f"marked for a rollout: {marked}", timeout=3)
-
-    def action_rollout(self) -> None:
-        self.actions.start("rollout")
 
     def action_abort_rollout(self) -> None:
         self.actions.abort_rollout()
