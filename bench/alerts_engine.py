@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the te
 import sample_data as sd
 from specconsole.alert_rules.rules import DEFAULT_RULES
 from specconsole.alerts.engine import AlertEngine
-from specconsole.events import EventLog
+from specconsole.base.events import EventLog
 
 
 def main() -> None:

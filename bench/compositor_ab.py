@@ -60,9 +60,9 @@ from textual.screen import Screen
 
 import fleet_sample as fs
 import sample_data as sd
+from specconsole.base.samples import Sample
 from specconsole.config import Config
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.console.provider import FixedStatuses
 from specconsole.ui.style.themes import BUNDLED_DIR, load_themes

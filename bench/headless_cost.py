@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import specconsole
+from specconsole.base.samples import Sample
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
 from specconsole.hosts.base import Connection, ConnState
 from specconsole.hosts.local import LocalHost
 from specconsole.monitor import HostStatus
 from specconsole.report import status_json
-from specconsole.samples import Sample
 from specconsole.sources.nvidia_smi import NvidiaSmiSource
 
 

@@ -41,10 +41,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # sample_data, fleet_sample
 
 from fleet_sample import fleet_config, fleet_statuses
+from specconsole.base.samples import Sample
 from specconsole.monitor import Fleet, HostStatus
 from specconsole.recorder.recorder import Recorder
 from specconsole.recorder.recording import Recording
-from specconsole.samples import Sample
 from specconsole.status_watch import StatusJsonLines
 
 T0 = 1_800_000_000.0

@@ -8,7 +8,7 @@ tests/test_config_reference.py fails when the README and the declarations disagr
 from __future__ import annotations
 
 from specconsole.config import ConfigFile
-from specconsole.validation import reference
+from specconsole.base.validation import reference
 
 
 def table() -> str:

@@ -8,10 +8,10 @@ from dataclasses import replace
 from typing import Any
 
 import sample_data as sd
+from specconsole.base.samples import Sample
 from specconsole.config import Config, parse_config
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample
 from specconsole.ui.console.provider import FixedStatuses
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import sample_data as sd
 from fleet_sample import fleet_statuses
-from specconsole.events import Event
+from specconsole.base.events import Event
+from specconsole.base.samples import Sample
 from specconsole.monitor import HostStatus
 from specconsole.recorder.recorder import Recorder
 from specconsole.recorder.records import Record, event_record, host_record, sample_record
-from specconsole.samples import Sample
 from specconsole.steps import StepEvent
 
 T0 = sd.FROZEN_NOW

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specconsole.base.events import Event, EventLog
+from specconsole.base.samples import Sample
 from specconsole.config import Config, parse_config
-from specconsole.events import Event, EventLog
 from specconsole.formats.nvidia_smi import GpuProcess, GpuReading, GpuSnapshot, GpuState
 from specconsole.formats.training_log import TrainingRecord
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample
 from specconsole.sglang import ServerInfo, SglangMetrics
 from specconsole.sources.sglang import ServerState, SglangSnapshot
 from specconsole.sources.training_progress import TrainingProgress

@@ -17,15 +17,15 @@ from specconsole.alert_rules.rules import DEFAULT_RULES, AlertRule
 from specconsole.alerts.baseline import EvalBaseline
 from specconsole.alerts.engine import AlertEngine
 from specconsole.alerts.figures import FIGURES
+from specconsole.base.errors import ConfigError
+from specconsole.base.events import EventLog
+from specconsole.base.samples import Sample
 from specconsole.config import parse_config
-from specconsole.errors import ConfigError
 from specconsole.eval.schema import Deployment, EvalRun, TaskResult
 from specconsole.eval.store import ResultStore
-from specconsole.events import EventLog
 from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample
 from specconsole.sources.sglang import ServerState
 
 T0 = sd.FROZEN_NOW
@@ -248,7 +248,7 @@ def test_the_eval_baseline_is_the_newest_measured_run_of_the_served_algorithm(tm
 
 
 async def test_status_alerts_without_watch_is_one_line() -> None:
-    from specconsole.errors import SpecConsoleError
+    from specconsole.base.errors import SpecConsoleError
     from specconsole.status_watch import print_status
 
     with pytest.raises(SpecConsoleError) as err:

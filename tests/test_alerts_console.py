@@ -20,9 +20,9 @@ from conftest import wait_for
 from specconsole.alert_rules.rules import DEFAULT_RULES, Alerting
 from specconsole.alerts.delivery import AlertDelivery, TmuxNotifier, WebhookSender
 from specconsole.alerts.engine import AlertEngine
-from specconsole.events import EventLog
+from specconsole.base.events import EventLog
+from specconsole.base.samples import Sample
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.fleet.summary_bar import SummaryBar
 from specconsole.ui.style.themes import BUNDLED_DIR, load_themes

@@ -145,8 +145,8 @@ import sample_data as sd
 from specconsole.alerts.delivery import AlertDelivery
 from specconsole.alerts.engine import AlertEngine
 from specconsole.alert_rules.rules import AlertRule, Alerting
-from specconsole.events import EventLog
-from specconsole.samples import Sample
+from specconsole.base.events import EventLog
+from specconsole.base.samples import Sample
 
 async def main():
     log = EventLog()

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from specconsole.base.errors import ConfigError
+from specconsole.base.validation import Invalid, option_value
 from specconsole.config import parse_config
-from specconsole.errors import ConfigError
-from specconsole.validation import Invalid, option_value
 
 
 def config_for(tmp_path: Path, port: int) -> Path:

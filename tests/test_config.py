@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from msgspec import inspect as mi
 
+from specconsole.base.errors import ConfigError
 from specconsole.config import (
     ConsoleSettings,
     GpuConfig,
@@ -20,7 +21,6 @@ from specconsole.config import (
     load_config,
     parse_config,
 )
-from specconsole.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

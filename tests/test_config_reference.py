@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specconsole.base.validation import reference
 from specconsole.config import ConfigFile
-from specconsole.validation import reference
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

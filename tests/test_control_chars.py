@@ -17,15 +17,15 @@ import pytest
 
 import sample_data as sd
 from conftest import wait_for
+from specconsole.base.errors import ConfigError
+from specconsole.base.samples import Sample
+from specconsole.base.values import printable
 from specconsole.config import parse_config
-from specconsole.errors import ConfigError
 from specconsole.hosts import ConnState
 from specconsole.report import status_text
-from specconsole.samples import Sample
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.console.provider import FixedStatuses
 from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
-from specconsole.values import printable
 
 RAW = ("\x1b", "\x00", "\u202e", "\x9b")
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from conftest import shared_sglang_judge
+from specconsole.base.errors import SpecConsoleError
 from specconsole.config import parse_config
-from specconsole.errors import SpecConsoleError
 from specconsole.eval.cli import add_eval_parser, run_eval_command, start_eval
 from specconsole.eval.runner import run_and_save, run_eval
 from specconsole.eval.store import ResultStore, load_run_file

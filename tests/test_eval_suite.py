@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.errors import ConfigError
+from specconsole.base.errors import ConfigError
 from specconsole.eval.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 SCRIPT = textwrap.dedent("""
     import signal, sys, time
     from pathlib import Path
-    from specconsole.shutdown import ExitGuard, HARD_AFTER_S
+    from specconsole.base.shutdown import ExitGuard, HARD_AFTER_S
 
     marker = Path(sys.argv[1])
 

@@ -9,10 +9,10 @@ import dataclasses
 
 from fleet_sample import fleet_config, fleet_statuses
 from sample_data import FROZEN_NOW, sample_statuses
+from specconsole.base.freshness import Staleness
+from specconsole.base.samples import Sample
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
-from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample
 from specconsole.ui.fleet.fleet_rows import DerivedCache, fleet_row
 from specconsole.ui.fleet.fleet_view import FleetView
 from specconsole.ui.panes.history import History

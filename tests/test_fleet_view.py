@@ -16,10 +16,10 @@ import pytest
 
 import sample_data as sd
 from fleet_sample import fixed_fleet, fleet_config, fleet_statuses
+from specconsole.base.errors import ConfigError
+from specconsole.base.freshness import FRESH_BELOW, STALE_AFTER, Staleness, stale_next
+from specconsole.base.samples import Sample
 from specconsole.config import parse_config
-from specconsole.errors import ConfigError
-from specconsole.freshness import FRESH_BELOW, STALE_AFTER, Staleness, stale_next
-from specconsole.samples import Sample
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.fleet.fleet_rows import SORTS, DerivedCache, fit_columns, fleet_row, order
 from specconsole.ui.fleet.fleet_view import FleetTable, FleetView

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from specconsole import paths
-from specconsole.errors import ConfigError
+from specconsole.base import paths
+from specconsole.base.errors import ConfigError
 from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import alive, start_time
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
+from specconsole.base.samples import Sample
 from specconsole.config import HostConfig, TrainingConfig
 from specconsole.formats.training_log import LineKind, LineParser
 from specconsole.hosts.local import LocalHost
 from specconsole.lab.doubles.trainer import parse_args
 from specconsole.lab.procs import children
-from specconsole.samples import Sample
 from specconsole.sources.training import TrainingSource
 from specconsole.sources.training_progress import TrainingProgress
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specconsole import paths
+from specconsole.base import paths
 from specconsole.config import ConsoleSettings, default_config_path
 from specconsole.eval.store import default_results_dir
 from specconsole.eval.suite import default_suite_path

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from conftest import shared_sglang_judge, wait_for
+from specconsole.base.errors import ConfigError
 from specconsole.config import load_config, parse_config
-from specconsole.errors import ConfigError
 from specconsole.formats.nvidia_smi import GpuState
 from specconsole.lab.doubles.dcgm_exporter import FB_RESERVED_MIB, FB_TOTAL_MIB, MODEL, expected, gpu_uuid
 from specconsole.lab.doubles.dcgm_exporter import Fleet as ExporterFleet

@@ -168,7 +168,7 @@ def test_a_folder_recording_rotates_segments_and_prunes_old_ones(tmp_path: Path)
 
 WRITER = """
 import sys, time
-from specconsole.events import Event
+from specconsole.base.events import Event
 from specconsole.recorder.recorder import Recorder
 rec = Recorder(sys.argv[1])
 rec.start()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import sample_data as sd
-from specconsole.freshness import Staleness
+from specconsole.base.freshness import Staleness
+from specconsole.base.samples import Sample
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample
 from specconsole.sources.sglang import ServerState, SglangSnapshot
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.console.provider import FixedStatuses

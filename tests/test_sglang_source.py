@@ -19,12 +19,12 @@ import httpx
 import pytest
 
 from conftest import shared_sglang_judge, wait_for
+from specconsole.base.samples import Sample
 from specconsole.config import HostConfig, SglangConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts.environment import Lab
 from specconsole.lab.parts.state import free_port
-from specconsole.samples import Sample
 from specconsole.sglang import SglangClient, SglangError, parse_metrics
 from specconsole.sources.sglang import ServerState, SglangSnapshot, SglangSource
 from tiny_http import Route, TinyServer

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specconsole.backoff import Backoff
+from specconsole.base.backoff import Backoff
+from specconsole.base.values import as_int
 from specconsole.config import HostConfig
 from specconsole.hosts.address import ssh_address, url_endpoint
-from specconsole.values import as_int
 
 
 def test_backoff_doubles_to_its_cap_and_resets() -> None:
@@ -31,7 +31,7 @@ def test_ssh_address_and_url_endpoint() -> None:
 
 def test_output_line_takes_a_tracebacks_exception_not_its_first_line() -> None:
     """Issue 24 item 15: a lab systemctl traceback's first line reached an error message."""
-    from specconsole.values import output_line
+    from specconsole.base.values import output_line
 
     tb = ("Traceback (most recent call last):\n  File \"/usr/bin/systemctl3\", line 7, in <module>\n"
           "    sys.exit(main())\n           ^^^^^^\nKeyError: 'sglang.service'\n")

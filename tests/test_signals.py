@@ -186,8 +186,8 @@ async def test_a_closed_host_ends_its_waiters(lab_hosts: Lab) -> None:
     """A source loop that lost its cancellation (Python 3.11's ``wait_for`` drops one that arrives
     as the awaited channel closes) goes back to ``wait_connected()``: once the host is closed that
     must end, not wait forever (it kept ``q`` waiting for its 10 s timeout)."""
+    from specconsole.base.errors import HostUnavailable
     from specconsole.config import load_config
-    from specconsole.errors import HostUnavailable
     from specconsole.hosts.ssh import SshHost
 
     host = SshHost(load_config(lab_hosts.config_path).host("train"))

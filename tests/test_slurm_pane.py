@@ -11,8 +11,8 @@ import pytest
 
 import sample_data as sd
 from conftest import wait_for
+from specconsole.base.samples import Sample
 from specconsole.formats.slurm import SlurmJob
-from specconsole.samples import Sample
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.console.provider import FixedStatuses
 from specconsole.ui.style.themes import BUNDLED_DIR, load_themes

@@ -9,7 +9,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from specconsole.errors import HostKeyError
+from specconsole.base.errors import HostKeyError
 from specconsole.hosts.ssh import SshHost
 from specconsole.hosts.ssh_files import shared_client_keys, shared_known_hosts
 from specconsole.lab.parts.environment import Lab

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
+from specconsole.base.errors import HostKeyError, HostUnavailable
 from specconsole.config import HostConfig, load_config
-from specconsole.errors import HostKeyError, HostUnavailable
 from specconsole.hosts import ConnState
 from specconsole.hosts.ssh import SshHost, backoff_delay
 from specconsole.lab.parts.environment import Lab

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from conftest import wait_for
+from specconsole.base.samples import Sample
 from specconsole.lab.parts.environment import Lab, free_port
 from specconsole.report import sample_json, status_text
-from specconsole.samples import Sample
 
 
 def run_status(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

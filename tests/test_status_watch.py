@@ -14,13 +14,13 @@ import pytest
 
 from conftest import wait_for
 from sample_data import FROZEN_NOW, sample_statuses
+from specconsole.base.errors import SpecConsoleError
+from specconsole.base.samples import Sample
 from specconsole.config import GpuConfig, HostConfig
-from specconsole.errors import SpecConsoleError
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
 from specconsole.hosts.local import LocalHost
 from specconsole.lab.testing.smi_stream import SmiLines, query_gpu_rows
 from specconsole.report import status_json
-from specconsole.samples import Sample
 from specconsole.sources.nvidia_smi import NvidiaSmiSource
 from specconsole.status_watch import FixedTicks, StatusJsonLines, print_status
 

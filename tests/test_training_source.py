@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
+from specconsole.base.samples import Sample
 from specconsole.config import HostConfig, TrainingConfig
 from specconsole.hosts.local import LocalHost
 from specconsole.lab.parts.environment import Lab
-from specconsole.samples import Sample
 from specconsole.sources.training import TrainingSource, tail_error
 from specconsole.sources.training_progress import TrainingProgress, TrainingTracker
 

@@ -99,8 +99,8 @@ async def test_a_bad_tree_budget_is_marked_in_place() -> None:
 
 
 def test_the_form_opens_on_the_running_ddtree_settings() -> None:
+    from specconsole.base.samples import Sample
     from specconsole.config import parse_config
-    from specconsole.samples import Sample
     from specconsole.sglang import ServerInfo
     from specconsole.sources.sglang import ServerState, SglangSnapshot
     from specconsole.ui.screens.deploy_form import prefill

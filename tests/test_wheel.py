@@ -87,7 +87,7 @@ def test_shipped_themes_load(venv: Path, outside: tuple[Path, dict[str, str]]) -
 
 def test_shipped_eval_suite_loads(venv: Path, outside: tuple[Path, dict[str, str]]) -> None:
     cwd, env = outside
-    code = ("from specconsole.errors import ConfigError\nfrom specconsole.eval.suite import load_suite\n"
+    code = ("from specconsole.base.errors import ConfigError\nfrom specconsole.eval.suite import load_suite\n"
             "try:\n    print(json.dumps(list(load_suite().task_names)))\n"
             "except ConfigError as err:\n    print(json.dumps(str(err)))")
     assert probe(venv, code, cwd, env) == TEN

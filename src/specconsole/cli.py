@@ -16,12 +16,13 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
-from specconsole import __version__, gc_tuning, paths
+from specconsole import __version__
+from specconsole.base import gc_tuning, paths
+from specconsole.base.errors import ConfigError, HostUnavailable, SpecConsoleError
+from specconsole.base.events import EventLog
+from specconsole.base.validation import num, option_type
+from specconsole.base.values import SPEC_INT_MAX, printable
 from specconsole.config import GraceSeconds
-from specconsole.errors import ConfigError, HostUnavailable, SpecConsoleError
-from specconsole.events import EventLog
-from specconsole.validation import num, option_type
-from specconsole.values import SPEC_INT_MAX, printable
 
 if TYPE_CHECKING:
     from specconsole.config import Config, HostConfig
@@ -53,9 +54,9 @@ def resolve_config_path(given: str | None) -> str:
 async def _status(args: argparse.Namespace) -> int:
     """``status [--watch]``: SIGINT, SIGTERM and SIGHUP end it within the exit deadline at any
     host count (the snapshot loop is cancelled, the fleet's stop is bounded, then a hard exit)."""
+    from specconsole.base.shutdown import ExitGuard, signal_name
     from specconsole.config import load_config
     from specconsole.monitor import Fleet
-    from specconsole.shutdown import ExitGuard, signal_name
 
     config = load_config(resolve_config_path(args.config))
     fleet = Fleet(config)

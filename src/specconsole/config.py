@@ -1,6 +1,6 @@
 """Console configuration: a TOML file listing hosts, how to reach them and what to watch.
 
-Every validation error is a :class:`~specconsole.errors.ConfigError` naming the file, the key
+Every validation error is a :class:`~specconsole.base.errors.ConfigError` naming the file, the key
 and the fix; the CLI turns it into a one-line message and exit code 2.
 """
 
@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from specconsole import paths
 from specconsole.alert_rules.rules import Alerting, AlertRule, resolve
-from specconsole.errors import ConfigError
-from specconsole.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
-from specconsole.values import escape_char, printable, unsafe_char
+from specconsole.base import paths
+from specconsole.base.errors import ConfigError
+from specconsole.base.validation import NOT_AN_OPTION, TOO_DEEP, Invalid, Text, convert, named_items, num, text
+from specconsole.base.values import escape_char, printable, unsafe_char
 
 Role = Literal["train", "serve", "both"]
 GpuSource = Literal["auto", "nvidia-smi", "nvml", "prometheus", "none"]

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
+from specconsole.base.events import EventLog
+from specconsole.base.samples import Sample
+from specconsole.base.shutdown import STOP_TIMEOUT_S
 from specconsole.config import Config, HostConfig
-from specconsole.events import EventLog
 from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.hosts import Connection, ConnState, Host, make_host
 from specconsole.hosts.address import ssh_address
-from specconsole.samples import Sample
-from specconsole.shutdown import STOP_TIMEOUT_S
 from specconsole.sources import Publish, Source
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.sources.training import TrainingProgress

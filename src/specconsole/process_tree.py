@@ -11,8 +11,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from specconsole.base.errors import SpecConsoleError
 from specconsole.config import KillConfig
-from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.steps import Steps, shorten
 

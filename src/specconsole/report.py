@@ -12,13 +12,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from specconsole.base.samples import Sample, format_age, format_bytes
+from specconsole.base.values import printable
 from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.formats.slurm import slurm_lines
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample, format_age, format_bytes
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.sources.training import TrainingProgress
-from specconsole.values import printable
 
 
 def jsonable(value: Any) -> Any:

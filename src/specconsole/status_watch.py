@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from specconsole import gc_tuning
-from specconsole.errors import SpecConsoleError
+from specconsole.base import gc_tuning
+from specconsole.base.errors import SpecConsoleError
+from specconsole.base.samples import STALE_GRACE_S, Sample
 from specconsole.report import iso, status_json, status_text
-from specconsole.samples import STALE_GRACE_S, Sample
 
 if TYPE_CHECKING:
     from specconsole.monitor import Fleet, HostStatus

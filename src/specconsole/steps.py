@@ -4,7 +4,7 @@ An action is plain async code that reports through a :class:`Steps`: each step s
 line, each remote command is shown exactly as run with its exit status, first output line and
 elapsed time, and every wait longer than a second emits heartbeats saying what it waits for
 and what it last saw. The CLI prints the events; the TUI shows them in its events pane; both
-append them to the audit log through :class:`~specconsole.events.EventLog`.
+append them to the audit log through :class:`~specconsole.base.events.EventLog`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from specconsole.errors import HostUnavailable, SpecConsoleError
-from specconsole.events import EventLog
+from specconsole.base.errors import HostUnavailable, SpecConsoleError
+from specconsole.base.events import EventLog
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command, to_shell
 

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.sglang.flags import CONCEPTS, SglangCli
 from specconsole.sglang.info import BLOCK_ALGORITHMS

@@ -46,15 +46,15 @@ from specconsole.actions.deploy_plan import (
 from specconsole.actions.host_check import HostVerdict
 from specconsole.actions.privilege import Privilege, PrivilegeRefused, agent_python, alive_argv
 from specconsole.actions.unit_cli import read_cli, read_unit
+from specconsole.base.errors import SpecConsoleError
+from specconsole.base.http_body import MIB
+from specconsole.base.values import SPEC_INT_MAX
 from specconsole.config import HostConfig
-from specconsole.errors import SpecConsoleError
 from specconsole.hosts import Host
-from specconsole.http_body import MIB
 from specconsole.sglang.flags import CHECKED, CONCEPTS, SERVER_INFO_KEYS, Argv, SglangCli
 from specconsole.sglang.rebase import find_drift
 from specconsole.sglang.unit import ServiceUnit, dropin_text, show_word
 from specconsole.steps import Steps
-from specconsole.values import SPEC_INT_MAX
 
 if TYPE_CHECKING:
     from specconsole.sglang import SglangClient

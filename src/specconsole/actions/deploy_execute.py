@@ -21,7 +21,7 @@ from typing import Any
 
 from specconsole.actions.deploy_plan import DeployOutcome, DeployPlan
 from specconsole.actions.privilege import ALIVE_SH, agent_python
-from specconsole.errors import HostUnavailable
+from specconsole.base.errors import HostUnavailable
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command
 from specconsole.sglang.unit import quote_exec

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 
 METRICS = {"accept_len": "acceptance length", "tok_s": "tokens/s"}
 _TERM = re.compile(r"^\s*(?P<metric>[a-z_]+)\s*>=\s*(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?baseline\s*$")

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
+from specconsole.base.values import output_line
 from specconsole.hosts import CommandResult, Host
 from specconsole.sglang.unit import ServiceUnit
 from specconsole.steps import Steps
-from specconsole.values import output_line
 
 #: The marker :mod:`specconsole.remote.argcheck` prints before its JSON verdict.
 MARK = "specconsole-argcheck "

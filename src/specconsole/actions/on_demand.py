@@ -7,7 +7,7 @@ connection first, as a step of its own.
 
 from __future__ import annotations
 
-from specconsole.errors import HostUnavailable
+from specconsole.base.errors import HostUnavailable
 from specconsole.hosts import ConnState, Host
 from specconsole.steps import Steps
 

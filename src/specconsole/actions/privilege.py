@@ -29,7 +29,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.steps import Steps
 

@@ -41,8 +41,8 @@ from specconsole.actions.deploy_execute import execute, first_line, follow
 from specconsole.actions.gate import Figures, GateError, Threshold, Verdict, judge, measure
 from specconsole.actions.rollout_board import Board
 from specconsole.actions.router import Worker, list_workers, same_url
+from specconsole.base.errors import ConfigError, SpecConsoleError
 from specconsole.config import Config, HostConfig, RouterConfig
-from specconsole.errors import ConfigError, SpecConsoleError
 from specconsole.hosts import Host
 from specconsole.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 

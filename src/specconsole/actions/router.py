@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 
 
 class RouterError(SpecConsoleError):

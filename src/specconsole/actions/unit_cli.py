@@ -17,12 +17,12 @@ import shlex
 from dataclasses import dataclass
 
 from specconsole.actions.algorithms import DeployRefused
+from specconsole.base.values import output_line
 from specconsole.config import HostConfig
 from specconsole.hosts import Host
 from specconsole.sglang.flags import Argv, SglangCli, help_command
 from specconsole.sglang.unit import SPECIFIER, ServiceUnit, parse_unit, show_word
 from specconsole.steps import Steps
-from specconsole.values import output_line
 
 
 @dataclass(frozen=True)

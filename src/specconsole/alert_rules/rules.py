@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from specconsole.alert_rules.expr import Condition, ExprError, parse
 from specconsole.alert_rules.names import FIGURES
-from specconsole.validation import Invalid, Text, num, text
+from specconsole.base.validation import Invalid, Text, num, text
 
 AlertLevel = Literal["warning", "error"]
 

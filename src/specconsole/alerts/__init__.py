@@ -5,7 +5,7 @@
 - :mod:`.figures`: the values of the figures a condition reads, from one
   :class:`~specconsole.monitor.HostStatus`
 - :mod:`.engine`: :class:`~.engine.AlertEngine`, pure (the clock is passed in); each firing and
-  resolving is an :class:`~specconsole.events.Event` with ``source="alert"``
+  resolving is an :class:`~specconsole.base.events.Event` with ``source="alert"``
 - :mod:`.baseline`: ``eval.accept_len``, from the eval results store
 - :mod:`.delivery`: tmux ``display-message`` and the webhook (a bounded queue, a background task)
 

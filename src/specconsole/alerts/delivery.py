@@ -1,6 +1,6 @@
 """Where an alert goes besides the console: tmux ``display-message`` and a webhook.
 
-:class:`AlertDelivery` listens to the :class:`~specconsole.events.EventLog` for alert events
+:class:`AlertDelivery` listens to the :class:`~specconsole.base.events.EventLog` for alert events
 (``source="alert"``: firing and resolved) and hands each one to
 
 - the terminal bell (a callable the console gives; firing only);
@@ -31,10 +31,10 @@ import httpx
 
 from specconsole.alert_rules.rules import Alerting
 from specconsole.alerts.engine import is_alert
-from specconsole.backoff import Backoff
-from specconsole.events import Event, EventLog
-from specconsole.http_body import BodyTooLarge, read_capped
-from specconsole.values import output_line, printable
+from specconsole.base.backoff import Backoff
+from specconsole.base.events import Event, EventLog
+from specconsole.base.http_body import BodyTooLarge, read_capped
+from specconsole.base.values import output_line, printable
 
 #: the most of a webhook's answer that is read
 ANSWER_LIMIT = 64 << 10

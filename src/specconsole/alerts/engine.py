@@ -2,7 +2,7 @@
 
 ``AlertEngine.evaluate(statuses, now)`` is called with the fleet's statuses and the time (the
 console's clock, the watch loop's, a test's fake one). A rule whose condition holds on a host
-for ``for_s`` seconds *fires* once: one :class:`~specconsole.events.Event` (``source="alert"``,
+for ``for_s`` seconds *fires* once: one :class:`~specconsole.base.events.Event` (``source="alert"``,
 the rule's level) and the alert stays active; when the condition is false again it *resolves*:
 one more event (level "warning"), and it is gone. A condition that cannot be judged now (a figure
 unknown) neither fires nor resolves an alert, and restarts the wait of one not fired yet.
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from specconsole.alert_rules.expr import Memory, evaluate, value_of
 from specconsole.alert_rules.rules import DEFAULT_RULES, AlertLevel, AlertRule, Rule, compile_rules
 from specconsole.alerts.figures import Baseline, figures, source_of
-from specconsole.events import Event, EventLog
-from specconsole.values import printable
+from specconsole.base.events import Event, EventLog
+from specconsole.base.values import printable
 
 if TYPE_CHECKING:
     from specconsole.config import Config

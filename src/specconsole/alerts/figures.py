@@ -15,8 +15,8 @@ from specconsole.alert_rules.names import FIGURES
 __all__ = ["FIGURES", "Baseline", "figures", "source_of"]
 
 if TYPE_CHECKING:
+    from specconsole.base.samples import Sample
     from specconsole.monitor import HostStatus
-    from specconsole.samples import Sample
 
 
 def source_of(name: str) -> str:

@@ -27,10 +27,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
+from specconsole.base.validation import num, option_type
 from specconsole.eval.start import start_eval
 from specconsole.eval.store import METRICS, ResultStore, default_results_dir
 from specconsole.eval.suite import Tokens
-from specconsole.validation import num, option_type
 
 if TYPE_CHECKING:
     from specconsole.config import Config

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 from specconsole.eval.store import METRICS, EvalRun
 
 COMPARE_SCHEMA = "specconsole.eval.compare/1"

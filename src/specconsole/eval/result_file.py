@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from specconsole.base.validation import TOO_DEEP, Invalid, Text, convert, num, text
 from specconsole.eval.schema import (
     _CONSISTENCY_TOL,
     DOC,
@@ -28,7 +29,6 @@ from specconsole.eval.schema import (
     make_run_id,
     utc_now_iso,
 )
-from specconsole.validation import TOO_DEEP, Invalid, Text, convert, num, text
 
 # ------------------------------------------------------------------------------ declarations
 

@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from specconsole.base.values import as_int
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult, make_run_id, utc_now_iso
 from specconsole.eval.suite import Suite, Task
 from specconsole.sglang import ServerInfo, SglangClient, SglangError
 from specconsole.steps import Steps
-from specconsole.values import as_int
 
 #: Called after each task: (result, tasks finished so far, total tasks).
 OnResult = Callable[[TaskResult, int, int], None]

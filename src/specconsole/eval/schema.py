@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 
 SCHEMA = "specconsole.eval/1"
 SCHEMA_PREFIX = "specconsole.eval/"

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
-from specconsole.errors import ConfigError, HostUnavailable
+from specconsole.base.errors import ConfigError, HostUnavailable
 from specconsole.eval.store import ResultStore
 from specconsole.hosts.base import ConnState
 

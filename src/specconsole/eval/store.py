@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from specconsole import paths
+from specconsole.base import paths
 from specconsole.eval.result_file import load_run_file, run_from_json
 from specconsole.eval.schema import (
     DOC,

@@ -18,7 +18,7 @@
 
 A file that ``extends`` another inherits its settings and tasks; a task with the same name
 replaces the inherited one, new names are appended. Every error is a one-line
-:class:`~specconsole.errors.ConfigError` naming the file, the key and the fix.
+:class:`~specconsole.base.errors.ConfigError` naming the file, the key and the fix.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 
-from specconsole import paths
-from specconsole.errors import ConfigError
-from specconsole.validation import TOO_DEEP, Invalid, Table, Text, convert, num, text
+from specconsole.base import paths
+from specconsole.base.errors import ConfigError
+from specconsole.base.validation import TOO_DEEP, Invalid, Table, Text, convert, num, text
 
 if TYPE_CHECKING:
     from specconsole.config import RouterConfig

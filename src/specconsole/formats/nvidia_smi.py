@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from specconsole.values import quoted_line
+from specconsole.base.values import quoted_line
 
 #: The ``--query-gpu`` fields the console asks for, in this order.
 QUERY_GPU_FIELDS: tuple[str, ...] = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from specconsole.values import printable
+from specconsole.base.values import printable
 
 #: squeue -O fields, in order; the name (free text) is last and takes the rest of the line.
 SQUEUE_FIELDS = ("JobID", "State", "TimeUsed", "TimeLimit", "NumNodes", "NodeList", "UserName", "Name")

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from specconsole.base.errors import CommandFailed, HostUnavailable
 from specconsole.config import HostConfig
-from specconsole.errors import CommandFailed, HostUnavailable
 from specconsole.hosts.commands import Command, to_shell
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import asyncssh
 
-from specconsole.backoff import backoff_delay
+from specconsole.base.backoff import backoff_delay
+from specconsole.base.errors import HostError, HostKeyError, HostUnavailable
 from specconsole.config import HostConfig
-from specconsole.errors import HostError, HostKeyError, HostUnavailable
 from specconsole.hosts.address import ssh_address
 from specconsole.hosts.base import STREAM_LINE_LIMIT, CommandResult, ConnState, Host, StreamProcess
 from specconsole.hosts.commands import Command, stdin_watchdog, to_shell

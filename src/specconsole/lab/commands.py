@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from specconsole import paths
-from specconsole.errors import SpecConsoleError
+from specconsole.base import paths
+from specconsole.base.errors import SpecConsoleError
+from specconsole.base.validation import num, option_type
 from specconsole.lab.doubles.sglang_versions import BASE_VERSION, DDTREE_VERSION
-from specconsole.validation import num, option_type
 
 #: the simulated SGLang's load time (the lab's deploy tests wait for it)
 StartupSeconds = Annotated[float, num(ge=0, le=3600, why="the simulated SGLang's load time", example=3)]

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specconsole.events import Event, EventLog
+from specconsole.base.events import Event, EventLog
 from specconsole.recorder.records import FleetState, Record, event_record, host_record, sample_record
 from specconsole.recorder.store import SEGMENT_GLOB, BlockWriter
 from specconsole.recorder.tmux import summary

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specconsole.events import Event
+from specconsole.base.events import Event
 from specconsole.monitor import HostStatus
 from specconsole.recorder.records import FleetState, Record, step_fields, to_event
 from specconsole.recorder.store import BlockReader, Damaged, keyframe_before, scan

@@ -7,7 +7,7 @@ A record is ``[t, kind, host, payload]`` (``t``: wall-clock time it was recorded
 - ``"host"``: a host's name, role, address and expected source kinds;
 - ``"connection"``: a :class:`~specconsole.hosts.Connection`;
 - ``"gpu"``, ``"sglang"``, ``"training"``: a sample as ``[at, interval, value]``;
-- ``"event"``: an :class:`~specconsole.events.Event` (action steps and alerts are events too).
+- ``"event"``: an :class:`~specconsole.base.events.Event` (action steps and alerts are events too).
 
 :class:`FleetState` applies records in order and answers ``statuses()`` (the same
 :class:`~specconsole.monitor.HostStatus` the live fleet gives) and the alerts firing. The writer
@@ -23,11 +23,11 @@ from typing import Any
 
 import msgspec
 
-from specconsole.events import Event
+from specconsole.base.events import Event
+from specconsole.base.samples import Sample
 from specconsole.formats.nvidia_smi import GpuSnapshot
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import SOURCE_KINDS, HostStatus
-from specconsole.samples import Sample
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.sources.training import TrainingProgress
 

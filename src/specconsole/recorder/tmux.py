@@ -73,7 +73,7 @@ def line(facts: dict[str, Any], age_s: float = 0.0) -> str:
 
 def default_state_file() -> Path:
     """Where the recorder writes the facts by default (``recorder.state_file``)."""
-    from specconsole import paths
+    from specconsole.base import paths
 
     return paths.state_dir() / STATE_NAME
 

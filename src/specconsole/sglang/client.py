@@ -3,7 +3,7 @@
 
 :class:`SglangClient` turns every failure into a one-line :class:`SglangError` naming the URL
 and the fix. Every answer is read within one total deadline (``timeout_s``, body included) and
-streamed with a size cap (:mod:`specconsole.http_body`): ``max_metrics_bytes`` (8 MiB) for
+streamed with a size cap (:mod:`specconsole.base.http_body`): ``max_metrics_bytes`` (8 MiB) for
 ``/metrics``, ``max_body_bytes`` (1 MiB) for the JSON endpoints, and for ``/generate``
 ``max_body_bytes`` plus 64 bytes per requested token. A larger answer is an
 ``SglangError("too_large")`` naming the endpoint, the cap and the config key that raises it;
@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from specconsole.errors import SpecConsoleError
-from specconsole.http_body import MIB, BodyTooLarge, mib_text, read_capped
+from specconsole.base.errors import SpecConsoleError
+from specconsole.base.http_body import MIB, BodyTooLarge, mib_text, read_capped
 from specconsole.sglang.info import ServerInfo
 from specconsole.sglang.metrics import SglangMetrics, parse_metrics
 

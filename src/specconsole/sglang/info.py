@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from specconsole.values import as_int
+from specconsole.base.values import as_int
 
 
 def _float(value: Any) -> float | None:

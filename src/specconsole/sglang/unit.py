@@ -20,7 +20,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 
 #: The drop-in the deploy wizard writes; "zz-" sorts it after every other drop-in.
 DEPLOY_DROPIN = "zz-specconsole-deploy.conf"

@@ -3,7 +3,7 @@
 Shared by the source (:mod:`specconsole.sources.slurm`) and the kill (:mod:`specconsole.actions.slurm_kill`); the
 parsing is :mod:`specconsole.formats.slurm`. Every failure becomes the job's ``error`` line (the
 controller down, a refused or odd answer), never an exception, except the connection's own
-(:class:`~specconsole.errors.HostError`), which the callers handle as for every command.
+(:class:`~specconsole.base.errors.HostError`), which the callers handle as for every command.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from specconsole.samples import Sample
+from specconsole.base.samples import Sample
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from specconsole.errors import HostError
+from specconsole.base.errors import HostError
 
 if TYPE_CHECKING:
     from specconsole.config import TrainingConfig

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from specconsole.errors import HostError, SpecConsoleError
+from specconsole.base.errors import HostError, SpecConsoleError
 from specconsole.steps import Steps
 
 if TYPE_CHECKING:

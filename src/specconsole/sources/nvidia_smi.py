@@ -9,9 +9,11 @@ import logging
 import math
 import time
 
-from specconsole.backoff import Backoff
+from specconsole.base.backoff import Backoff
+from specconsole.base.errors import HostUnavailable
+from specconsole.base.samples import Sample
+from specconsole.base.values import quoted_line
 from specconsole.config import GpuConfig
-from specconsole.errors import HostUnavailable
 from specconsole.formats.nvidia_smi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -28,9 +30,7 @@ from specconsole.formats.nvidia_smi import (
 )
 from specconsole.hosts.base import Host, StreamProcess, line_limit_text
 from specconsole.hosts.commands import to_shell
-from specconsole.samples import Sample
 from specconsole.sources import Publish
-from specconsole.values import quoted_line
 
 log = logging.getLogger(__name__)
 

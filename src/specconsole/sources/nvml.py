@@ -10,7 +10,8 @@ import time
 from types import ModuleType
 from typing import Any
 
-from specconsole.backoff import Backoff
+from specconsole.base.backoff import Backoff
+from specconsole.base.samples import Sample
 from specconsole.config import GpuConfig
 from specconsole.formats.nvidia_smi import (
     GpuProcess,
@@ -19,7 +20,6 @@ from specconsole.formats.nvidia_smi import (
     GpuState,
     error_snapshot,
 )
-from specconsole.samples import Sample
 from specconsole.sources import Publish
 
 _DRIVER_ERRORS = (

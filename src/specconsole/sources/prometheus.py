@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import httpx
 import msgspec
 
+from specconsole.base.errors import SpecConsoleError
+from specconsole.base.http_body import MIB, BodyTooLarge, mib_text, read_capped
 from specconsole.config import Config, HostConfig, PrometheusConfig
-from specconsole.errors import SpecConsoleError
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
-from specconsole.http_body import MIB, BodyTooLarge, mib_text, read_capped
 from specconsole.sources.sglang import ServerState, SglangMetrics, SglangSnapshot
 
 #: DCGM field -> (GpuReading attribute, the nvidia-smi field name used in ``unavailable``).

@@ -23,11 +23,11 @@ import contextlib
 import time
 from typing import Any
 
+from specconsole.base.events import EventLog
+from specconsole.base.http_body import MIB
+from specconsole.base.samples import Sample
 from specconsole.config import Config, HostConfig
-from specconsole.events import EventLog
 from specconsole.formats.nvidia_smi import GpuSnapshot, GpuState
-from specconsole.http_body import MIB
-from specconsole.samples import Sample
 from specconsole.sources import Publish
 from specconsole.sources.prometheus import (
     UTIL,

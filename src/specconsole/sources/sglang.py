@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit, urlunsplit
 
+from specconsole.base.errors import HostError
+from specconsole.base.http_body import MIB
+from specconsole.base.samples import Sample
 from specconsole.config import SglangConfig
-from specconsole.errors import HostError
 from specconsole.hosts.base import ConnState, Host
-from specconsole.http_body import MIB
-from specconsole.samples import Sample
 from specconsole.sglang.client import SglangClient, SglangError, one_line
 from specconsole.sglang.info import ServerInfo
 from specconsole.sglang.logs import worker_facts, worker_log_command

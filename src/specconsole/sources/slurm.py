@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from specconsole.base.errors import HostError, HostUnavailable
 from specconsole.config import KillConfig, SlurmConfig, TrainingConfig
-from specconsole.errors import HostError, HostUnavailable
 from specconsole.formats.slurm import SlurmJob
 from specconsole.hosts.base import CommandResult
 from specconsole.slurm.query import read_job, wanted

@@ -21,9 +21,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from specconsole.backoff import INITIAL_S, MAX_S, Backoff
+from specconsole.base.backoff import INITIAL_S, MAX_S, Backoff
+from specconsole.base.errors import HostError, HostUnavailable
+from specconsole.base.samples import Sample
 from specconsole.config import TrainingConfig
-from specconsole.errors import HostError, HostUnavailable
 from specconsole.formats.training_log import (
     LineKind,
     LineParser,
@@ -36,7 +37,6 @@ from specconsole.formats.training_log import (
     parse_timestamp,
     strip_ansi,
 )
-from specconsole.samples import Sample
 from specconsole.sources import Publish
 from specconsole.sources.checkpoints import CheckpointWatch
 from specconsole.sources.job import JobWatch

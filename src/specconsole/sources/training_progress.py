@@ -13,6 +13,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specconsole.base.samples import format_bytes, format_duration
 from specconsole.config import TrainingConfig
 from specconsole.formats.slurm import SlurmJob  # at run time: the recorder decodes TrainingProgress by its hints
 from specconsole.formats.training_log import (
@@ -24,7 +25,6 @@ from specconsole.formats.training_log import (
     strip_ansi,
 )
 from specconsole.hosts.base import STREAM_LINE_LIMIT, line_limit_text
-from specconsole.samples import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from specconsole.sources.checkpoints import CheckpointListing

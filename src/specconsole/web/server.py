@@ -21,7 +21,7 @@ import jinja2
 from aiohttp import web
 from textual_serve.server import Server
 
-from specconsole.events import EventLog
+from specconsole.base.events import EventLog
 from specconsole.web.access import Gate, Refusal
 
 Say = Callable[[str], None]

@@ -37,7 +37,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from specconsole import paths
+from specconsole.base import paths
 from specconsole.lab.doubles import models
 from specconsole.lab.doubles.models import (
     DRAFT_MODEL,

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Protocol
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 from specconsole.lab.doubles.sglang_versions import BASE_VERSION
 from specconsole.lab.procs import alive, start_time
 

@@ -49,12 +49,12 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from specconsole import gc_tuning, paths
+from specconsole.base import gc_tuning, paths
+from specconsole.base.events import Event, EventLog
+from specconsole.base.freshness import Staleness
+from specconsole.base.shutdown import ExitGuard, kill_children
 from specconsole.config import Config
-from specconsole.events import Event, EventLog
-from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
-from specconsole.shutdown import ExitGuard, kill_children
 from specconsole.ui.console import context
 from specconsole.ui.console.app_actions import ConsoleActions
 from specconsole.ui.console.app_alerts import ConsoleAlerts
@@ -477,7 +477,7 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
                 no_audit: bool = False, web_session: bool = False) -> int:
     """The ``specconsole`` command without a subcommand: run the console until q or a signal.
 
-    Leaving takes at most the exit deadline (:mod:`specconsole.shutdown`); a forced exit runs
+    Leaving takes at most the exit deadline (:mod:`specconsole.base.shutdown`); a forced exit runs
     ``cleanup`` first. ``leave_process``: once the console has stopped (terminal restored,
     monitors stopped, children gone), end the process right away instead of waiting for the
     interpreter's teardown of every object (seconds at many hosts on a busy machine).

@@ -30,9 +30,9 @@ from specconsole.ui.registry import BY_ID
 from specconsole.ui.screens.confirm import ConfirmScreen
 
 if TYPE_CHECKING:
+    from specconsole.base.events import EventLog
     from specconsole.config import Config
     from specconsole.eval.store import EvalRun
-    from specconsole.events import EventLog
     from specconsole.hosts import Host
     from specconsole.monitor import HostStatus
     from specconsole.sources.checkpoints import Checkpoint

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from specconsole.alerts.baseline import EvalBaseline
 from specconsole.alerts.delivery import AlertDelivery
 from specconsole.alerts.engine import AlertEngine
+from specconsole.base.events import EventLog
 from specconsole.config import Config
-from specconsole.events import EventLog
 from specconsole.monitor import HostStatus
 from specconsole.ui.style.formatting import escape
 

@@ -2,7 +2,7 @@
 
 :class:`Leaving` is held by :class:`~specconsole.ui.console.app.ConsoleApp` (``app.leaving``). Every way
 out stops the monitors and the app together within the exit guard's deadline
-(:class:`~specconsole.shutdown.ExitGuard`); ``q`` arms that deadline from the input thread
+(:class:`~specconsole.base.shutdown.ExitGuard`); ``q`` arms that deadline from the input thread
 before the loop sees the key; a forced exit restores the terminal first.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 from textual.app import App
 from textual.driver import Driver
 
-from specconsole.events import EventLog
-from specconsole.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
+from specconsole.base.events import EventLog
+from specconsole.base.shutdown import STOP_TIMEOUT_S, ExitGuard, kill_children, signal_name
 from specconsole.ui.console.provider import StatusProvider
 from specconsole.ui.console.quit_key import typing_text, with_quit_deadline
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from specconsole.events import EventLog
+from specconsole.base.events import EventLog
 from specconsole.hosts import Host
 from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 

@@ -3,7 +3,7 @@
 Textual's input thread reads the keys and posts them to the app's message queue; when the loop is
 busy (hundreds of hosts' samples, a long redraw) a key can wait there for seconds before the app
 even sees it. The console's driver is therefore wrapped so that the input thread itself, on the
-quit key, arms the :class:`~specconsole.shutdown.ExitGuard` deadline: the orderly exit still runs
+quit key, arms the :class:`~specconsole.base.shutdown.ExitGuard` deadline: the orderly exit still runs
 on the loop as soon as it gets there, and if it has not finished by the deadline the guard ends
 the process. Not while text is being typed (the filter, a form field, the palette): there ``q``
 is a letter.

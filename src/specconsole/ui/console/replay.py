@@ -23,9 +23,9 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.widgets import Static
 
+from specconsole.base.errors import ConfigError
+from specconsole.base.events import Event, EventLog
 from specconsole.config import Config, parse_config
-from specconsole.errors import ConfigError
-from specconsole.events import Event, EventLog
 from specconsole.hosts import Host
 from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 from specconsole.recorder.recording import Recording

@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specconsole.base.freshness import Staleness
+from specconsole.base.samples import format_age
 from specconsole.config import HostConfig
-from specconsole.freshness import Staleness
 from specconsole.hosts import ConnState
 from specconsole.monitor import HostStatus
-from specconsole.samples import format_age
 from specconsole.sources.training_progress import TrainingProgress
 from specconsole.ui.panes.history import mean_utilization, tokens_per_s
 from specconsole.ui.style import formatting as fmt
@@ -190,7 +190,7 @@ class DerivedCache:
     samples change every few seconds, its row is asked for every redraw (1,000 hosts at 1 s).
 
     Owned by whoever draws the rows (each :class:`~specconsole.ui.fleet.fleet_view.FleetView` has its
-    own), as the app owns its :class:`~specconsole.freshness.Staleness`; :meth:`prune` forgets
+    own), as the app owns its :class:`~specconsole.base.freshness.Staleness`; :meth:`prune` forgets
     the hosts that left the fleet.
     """
 

@@ -31,6 +31,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input
 
+from specconsole.base.values import printable
 from specconsole.config import Config, HostConfig
 from specconsole.monitor import HostStatus
 from specconsole.ui.fleet.fleet_rows import (
@@ -48,7 +49,6 @@ from specconsole.ui.panes.pane_base import PerHostPane, View
 from specconsole.ui.panes.per_host import per_host_panes
 from specconsole.ui.style import formatting as fmt
 from specconsole.ui.widgets.text_block import TextBlock
-from specconsole.values import printable
 
 
 def fleet_mode(config: Config) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from specconsole.base.samples import format_age
 from specconsole.monitor import HostStatus
-from specconsole.samples import format_age
 from specconsole.ui.fleet.fleet_rows import FleetRow, summary_text
 from specconsole.ui.panes.host_pane import BADGE_VAR
 from specconsole.ui.panes.pane_base import View

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from specconsole.actions.on_demand import connect_on_demand
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 from specconsole.hosts import ConnState
 from specconsole.steps import Steps, audit, require_audit
 
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from textual.screen import Screen
 
     from specconsole.actions.deploy import DeployPlan, DeployRequest
+    from specconsole.base.events import EventLog
     from specconsole.config import Config, HostConfig
-    from specconsole.events import EventLog
     from specconsole.hosts import Host
     from specconsole.monitor import HostStatus
     from specconsole.sources.checkpoints import Checkpoint

@@ -12,7 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from specconsole.actions.on_demand import connect_on_demand
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 from specconsole.steps import Steps, audit
 
 if TYPE_CHECKING:

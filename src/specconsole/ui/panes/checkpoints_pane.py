@@ -15,7 +15,7 @@ from textual.app import App, ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from specconsole.samples import format_age
+from specconsole.base.samples import format_age
 from specconsole.sources.checkpoints import Checkpoint, CheckpointListing
 from specconsole.ui.panes.pane_base import PerHostPane
 from specconsole.ui.style.formatting import escape

@@ -36,7 +36,7 @@ from textual.message import Message
 from textual.widgets import DataTable, RichLog, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from specconsole.errors import SpecConsoleError
+from specconsole.base.errors import SpecConsoleError
 from specconsole.eval.compare import (
     FAILED,
     METRIC_TITLES,

@@ -16,11 +16,11 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from specconsole.events import Event, EventLog
+from specconsole.base.events import Event, EventLog
+from specconsole.base.values import printable
 from specconsole.ui.style import formatting as fmt
 from specconsole.ui.style.formatting import escape
 from specconsole.ui.widgets.scroll import scroll_bindings
-from specconsole.values import printable
 
 
 class EventList(ScrollView, can_focus=True):

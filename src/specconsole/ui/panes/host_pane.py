@@ -17,10 +17,10 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 
+from specconsole.base.samples import Sample, format_age
 from specconsole.config import HostConfig
 from specconsole.hosts.address import ssh_address
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample, format_age
 from specconsole.ui.panes.history import tokens_per_s
 from specconsole.ui.panes.pane_base import PerHostPane, View, part, set_classes
 from specconsole.ui.style import formatting as fmt

@@ -10,8 +10,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widget import Widget
 
+from specconsole.base.freshness import Staleness
 from specconsole.config import HostConfig
-from specconsole.freshness import Staleness
 from specconsole.monitor import HostStatus
 from specconsole.ui.panes.history import History
 from specconsole.ui.style import formatting as fmt
@@ -27,7 +27,7 @@ class View:
     palette: fmt.Palette
     history: History
     compact: bool = False
-    #: each value's stale state between redraws (hysteresis: :mod:`specconsole.freshness`)
+    #: each value's stale state between redraws (hysteresis: :mod:`specconsole.base.freshness`)
     freshness: Staleness = field(default_factory=Staleness)
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 
+from specconsole.base.samples import format_age, format_bytes
 from specconsole.config import HostConfig
 from specconsole.formats.slurm import slurm_lines
 from specconsole.monitor import HostStatus
-from specconsole.samples import format_age, format_bytes
 from specconsole.ui.panes.checkpoints_pane import CheckpointTable
 from specconsole.ui.panes.pane_base import PerHostPane, View, part, set_classes
 from specconsole.ui.style import formatting as fmt

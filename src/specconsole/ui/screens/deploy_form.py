@@ -26,9 +26,9 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from specconsole.actions.algorithms import FIELDS_FOR, NO_DRAFT_MODEL, SPECIFIC
 from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
+from specconsole.base.errors import SpecConsoleError
+from specconsole.base.samples import Sample
 from specconsole.config import HostConfig
-from specconsole.errors import SpecConsoleError
-from specconsole.samples import Sample
 from specconsole.sources.sglang import SglangSnapshot
 from specconsole.ui.style.formatting import escape
 

@@ -17,10 +17,10 @@ from typing import Any
 from rich.text import Text
 from textual.markup import escape as _markup_escape
 
+from specconsole.base.samples import Sample, format_age
+from specconsole.base.values import printable
 from specconsole.hosts import Connection, ConnState
 from specconsole.monitor import HostStatus
-from specconsole.samples import Sample, format_age
-from specconsole.values import printable
 
 NA = "n/a"
 
@@ -94,7 +94,7 @@ def thousands(value: int | None) -> str:
 
 def sample_age_text(sample: Sample[Any] | None, now: float, stale: bool | None = None) -> tuple[str, bool]:
     """``("0.4s ago", False)`` or ``("STALE 12s old", True)``; ``("no data yet", True)`` when None.
-    ``stale``: the caller's verdict (with hysteresis, :mod:`specconsole.freshness`), else the sample's own."""
+    ``stale``: the caller's verdict (with hysteresis, :mod:`specconsole.base.freshness`), else the sample's own."""
     if sample is None:
         return "no data yet", True
     age = format_age(sample.age(now))

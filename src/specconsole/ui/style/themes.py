@@ -25,8 +25,8 @@ import msgspec
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-from specconsole import paths
-from specconsole.validation import TOO_DEEP, Invalid, Table, Text, convert, num, text
+from specconsole.base import paths
+from specconsole.base.validation import TOO_DEEP, Invalid, Table, Text, convert, num, text
 
 THEMES_ENV = "SPECCONSOLE_THEMES"
 #: The themes shipped in the package.

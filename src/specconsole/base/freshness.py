@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from specconsole.samples import Sample
+from specconsole.base.samples import Sample
 
 #: Stale once the age exceeds this many intervals ...
 STALE_AFTER = 2.5

@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from msgspec import inspect as mi
 
-from specconsole.values import printable
+from specconsole.base.values import printable
 
 S = TypeVar("S")
 
@@ -66,9 +66,9 @@ def option_type(tp: Any, option: str) -> Callable[[str], Any]:
     """An argparse ``type=`` that reads a command-line number as the config reads a key declared
     ``tp`` (e.g. ``Annotated[float, num(ge=0, ...)]``): the same checks (finite, in range, whole)
     and the same one-line wording, keyed by ``option``. A bad value raises
-    :class:`~specconsole.errors.UsageError` (exit 2, one line) out of ``parse_args``: it is not a
+    :class:`~specconsole.base.errors.UsageError` (exit 2, one line) out of ``parse_args``: it is not a
     ``ValueError`` on purpose, so argparse does not turn it into its usage text."""
-    from specconsole.errors import UsageError
+    from specconsole.base.errors import UsageError
 
     def read(raw: str) -> Any:
         try:
