@@ -92,7 +92,9 @@ def start_web(config: Path, *extra: str, env: dict[str, str] | None = None) -> W
     threading.Thread(target=read, daemon=True).start()
     found = bool(wait_for(lambda: any("token=" in ln for ln in server.lines) or proc.poll() is not None, 60, step=0.1))
     url = next((m.group(0) for ln in server.lines if (m := re.search(r"http://\S+token=\S+", ln))), "")
-    assert found and url, f"specconsole web did not start:\n{server.output()}"
+    if not (found and url):
+        stop_web(server)  # never left running by a failed start
+        pytest.fail(f"specconsole web did not start:\n{server.output()}")
     server.url = url
     return server
 
