@@ -172,8 +172,11 @@ def check(argv: list[str], *, full: bool = False) -> dict[str, object]:
     try:
         if load_plugins is not None:
             load_plugins()
-    except Exception as err:
-        return _cannot_import(err, version, "its plugins") or _refusal(err, version)
+    except Exception as err:  # a plugin that fails to load: the check cannot run, SGLang judged nothing
+        return _cannot_import(err, version, "its plugins") or {
+            "verdict": "unavailable", "version": version,
+            "reason": f"SGLang {version} cannot load its plugins: {type(err).__name__}: "
+                      f"{' '.join(str(err).split())[:300]}"}
     caught = _Warnings()
     logging.getLogger().addHandler(caught)
     usage = io.StringIO()

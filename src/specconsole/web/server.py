@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp_jinja2
 import jinja2
 from aiohttp import web
-from textual_serve.server import Server
+from textual_serve.server import Server, to_int
 
 from specconsole.base.events import EventLog
 from specconsole.web.access import Gate, Refusal
@@ -92,7 +92,7 @@ class ConsoleServer(Server):
         base = f"{self.gate.scheme()}://{request.host}"
         ws = ("wss" if self.gate.scheme() == "https" else "ws") + f"://{request.host}/ws/{self.gate.token}"
         context: dict[str, Any] = {
-            "font_size": max(8, min(32, _int(request.query.get("fontsize"), 16))),
+            "font_size": max(8, min(32, to_int(request.query.get("fontsize", "16"), 16))),
             "app_websocket_url": ws,
             "config": {"static": {"url": f"{base}/static/"}},
             "application": {"name": self.title},
@@ -123,13 +123,6 @@ class ConsoleServer(Server):
             self.say(f"{session} closed after {took:.0f}s ({len(self.gate.open_sessions)} open)")
             self.events.emit(f"web: {session} closed after {took:.0f}s", "web", peer=peer, session=session,
                              duration_s=round(took, 1))
-
-
-def _int(value: str | None, default: int) -> int:
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
-        return default
 
 
 def serve(server: ConsoleServer) -> None:
