@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from specconsole.actions.deploy import DeployRequest, execute, preflight
+from specconsole.actions.deploy.preflight import DeployRequest, execute, preflight
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts.environment import Lab, LabOptions

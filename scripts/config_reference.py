@@ -7,8 +7,8 @@ tests/test_config_reference.py fails when the README and the declarations disagr
 
 from __future__ import annotations
 
-from specconsole.config import ConfigFile
 from specconsole.base.validation import reference
+from specconsole.config import ConfigFile
 
 
 def table() -> str:

@@ -232,7 +232,7 @@ def sample_plan() -> Any:
     """A deploy plan NEXTN -> DFLASH window 16 (the plan dialog's snapshot), built like preflight does."""
     from importlib.resources import files
 
-    from specconsole.actions.deploy import DeployPlan
+    from specconsole.actions.deploy.preflight import DeployPlan
     from specconsole.sglang.flags import Argv, SglangCli
     from specconsole.sglang.unit import dropin_text, parse_unit
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
+from specconsole.actions.deploy.preflight import DeployRefused, DeployRequest, execute, preflight
 from specconsole.config import HostConfig, load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts.environment import Lab, LabOptions

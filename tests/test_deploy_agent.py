@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.actions.deploy_execute import AGENT_FILES
+from specconsole.actions.deploy.execute import AGENT_FILES
 from specconsole.remote import deploy_agent
 from specconsole.remote.deploy_agent import Agent, tail_text
 from specconsole.remote.deploy_agent_watch import CRASH_LINE, http_request

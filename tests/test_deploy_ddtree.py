@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab
-from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
+from specconsole.actions.deploy.preflight import DeployRefused, DeployRequest, execute, preflight
 from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
 from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.sources.sglang import SglangSource

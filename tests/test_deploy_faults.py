@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions.deploy import DeployOutcome, DeployRequest, execute, preflight
+from specconsole.actions.deploy.preflight import DeployOutcome, DeployRequest, execute, preflight
 from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.steps import StepEvent, Steps
 from test_deploy import connect, server_info, wait_healthy

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import running_lab
-from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
+from specconsole.actions.deploy.preflight import DeployRefused, DeployRequest, execute, preflight
 from specconsole.lab.doubles.sglang_versions import DDTREE_VERSION
 from specconsole.lab.parts.environment import DRAFT_MODEL, EAGLE_DRAFT_MODEL, SMALL_MODEL, Lab, LabOptions
 from specconsole.sglang.flags import Argv, SglangCli

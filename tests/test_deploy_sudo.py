@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.actions.deploy import DeployRefused, DeployRequest, execute, preflight
-from specconsole.actions.deploy_execute import _launch_command
-from specconsole.actions.privilege import alive_argv, sudoers_rule
+from specconsole.actions.deploy.execute import _launch_command
+from specconsole.actions.deploy.preflight import DeployRefused, DeployRequest, execute, preflight
+from specconsole.actions.deploy.privilege import alive_argv, sudoers_rule
 from specconsole.config import HostConfig, load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts import sudo_user

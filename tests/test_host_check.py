@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab
-from specconsole.actions import host_check
-from specconsole.actions.deploy import DeployRefused, DeployRequest, preflight
+from specconsole.actions.deploy import host_check
+from specconsole.actions.deploy.preflight import DeployRefused, DeployRequest, preflight
 from specconsole.hosts import CommandResult
 from specconsole.lab.doubles.sglang_judge import sglang_python
 from specconsole.lab.parts.environment import Lab, LabOptions, write_draft_model
@@ -192,7 +192,7 @@ def test_verdict_lines() -> None:
 
 def test_ddtree_full_tree_needs_triton_for_prefill_and_decode() -> None:
     """Finding: ``--decode-attention-backend fa3`` passed preflight, and SGLang's DDTree refused it at start."""
-    from specconsole.actions.algorithms import SpecContext, SpecInput, _ddtree_rules
+    from specconsole.actions.deploy.algorithms import SpecContext, SpecInput, _ddtree_rules
     from specconsole.sglang.flags import SglangCli
 
     def plan(**current: str) -> dict[str, str | None]:

@@ -20,7 +20,8 @@ def test_console_start_up_imports_no_heavy_package() -> None:
 
 
 def test_headless_modules_import_no_heavy_package() -> None:
-    code = ("import specconsole.monitor, specconsole.report, specconsole.actions.kill, specconsole.actions.deploy, "
+    code = ("import specconsole.monitor, specconsole.report, specconsole.actions.kill.training, "
+            "specconsole.actions.deploy.preflight, "
             "specconsole.eval.cli, specconsole.sources.gpu, specconsole.sources.sglang, specconsole.sources.training, "
             "specconsole.sglang.flags, specconsole.sglang.unit, specconsole.sglang.rebase")
     assert loaded_after(code) == set()

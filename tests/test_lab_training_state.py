@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions.kill import find_job, kill_job
+from specconsole.actions.kill.training import find_job, kill_job
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts.environment import Lab, LabOptions

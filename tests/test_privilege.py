@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.actions.privilege import Privilege, agent_python, alive_argv, sudoers_rule
+from specconsole.actions.deploy.privilege import Privilege, agent_python, alive_argv, sudoers_rule
 from specconsole.base.errors import ConfigError
 from specconsole.config import HostConfig, load_config
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions.deploy import DeployRequest, execute, preflight
-from specconsole.actions.kill import find_job, kill_job
+from specconsole.actions.deploy.preflight import DeployRequest, execute, preflight
+from specconsole.actions.kill.training import find_job, kill_job
 from specconsole.cli import main
 from specconsole.config import load_config
 from specconsole.lab.parts.environment import Lab, LabOptions

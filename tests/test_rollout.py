@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions import rollout
-from specconsole.actions.deploy import DeployRequest
+from specconsole.actions.deploy.preflight import DeployRequest
+from specconsole.actions.rollout import run as rollout
 from specconsole.config import load_config
 from specconsole.eval.suite import gate_prompts
 from specconsole.hosts.ssh import SshHost

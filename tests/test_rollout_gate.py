@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from specconsole.actions.deploy import DeployRequest
-from specconsole.actions.gate import Figures, GateError, Threshold, judge, parse_gate
-from specconsole.actions.rollout import Replica, RolloutOptions, _canary_wait
-from specconsole.actions.rollout_board import Board
+from specconsole.actions.deploy.preflight import DeployRequest
+from specconsole.actions.rollout.board import Board
+from specconsole.actions.rollout.gate import Figures, GateError, Threshold, judge, parse_gate
+from specconsole.actions.rollout.run import Replica, RolloutOptions, _canary_wait
 from specconsole.config import RouterConfig, parse_config
 from specconsole.hosts.local import LocalHost
 from specconsole.steps import StepEvent, Steps

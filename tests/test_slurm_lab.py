@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
-from specconsole.actions.slurm_kill import CancelOutcome, cancel_slurm_job
+from specconsole.actions.kill.slurm import CancelOutcome, cancel_slurm_job
 from specconsole.config import HostConfig, load_config
 from specconsole.formats.slurm import SlurmJob
 from specconsole.hosts.base import CommandResult

@@ -17,7 +17,7 @@ from textual.widgets import Button, Input, Select, Static
 
 import sample_data as sd
 from conftest import wait_for
-from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
+from specconsole.actions.deploy.preflight import DeployPlan, DeployRefused, DeployRequest
 from specconsole.config import parse_config
 from specconsole.lab.parts.state import free_port
 from specconsole.steps import StepEvent, Steps

@@ -11,7 +11,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, Select, Static
 
 from conftest import click, wait_for
-from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
+from specconsole.actions.deploy.preflight import DeployPlan, DeployRefused, DeployRequest
 from specconsole.ui.screens.deploy_form import DeployForm
 
 VALUES = {"algorithm": "DFLASH", "draft_window": "16", "block_size": "", "tree_budget": "",
@@ -158,7 +158,7 @@ async def test_the_rules_say_the_field_of_their_refusal_and_the_form_marks_it(tm
     from it, not from the message text. The refusals come from the real preflight and algorithm rules."""
     from importlib.resources import files
 
-    from specconsole.actions.algorithms import (
+    from specconsole.actions.deploy.algorithms import (
         FORM_FIELDS,
         SpecContext,
         SpecInput,
@@ -166,7 +166,7 @@ async def test_the_rules_say_the_field_of_their_refusal_and_the_form_marks_it(tm
         check_offered,
         plan_settings,
     )
-    from specconsole.actions.deploy import _check_choices, preflight
+    from specconsole.actions.deploy.preflight import _check_choices, preflight
     from specconsole.config import parse_config
     from specconsole.hosts import make_host
     from specconsole.sglang.flags import CHECKED, CONCEPTS, SglangCli

@@ -10,9 +10,9 @@ import pytest
 
 import sample_data as sd
 from fleet_sample import fixed_fleet, fleet_config
-from specconsole.actions.gate import Figures
-from specconsole.actions.rollout import Replica
-from specconsole.actions.rollout_board import Board
+from specconsole.actions.rollout.board import Board
+from specconsole.actions.rollout.gate import Figures
+from specconsole.actions.rollout.run import Replica
 from specconsole.steps import StepEvent
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.fleet.fleet_view import FleetTable

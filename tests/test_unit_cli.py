@@ -7,8 +7,8 @@ from importlib.resources import files
 
 import pytest
 
-from specconsole.actions.deploy import DeployRefused, DeployRequest, preflight
-from specconsole.actions.unit_cli import read_unit_cli
+from specconsole.actions.deploy.preflight import DeployRefused, DeployRequest, preflight
+from specconsole.actions.deploy.unit_cli import read_unit_cli
 from specconsole.config import HostConfig, parse_config
 from specconsole.hosts.base import CommandResult
 from specconsole.hosts.commands import Command, to_shell

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specconsole.actions.deploy import BaseUnitChanged, DeployRequest, execute, preflight
+from specconsole.actions.deploy.preflight import BaseUnitChanged, DeployRequest, execute, preflight
 from specconsole.lab.parts.environment import Lab
 from specconsole.sglang.unit import DEPLOY_DROPIN
 from specconsole.steps import StepEvent, Steps

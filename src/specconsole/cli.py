@@ -177,7 +177,7 @@ def _confirm(question: str, assume_yes: bool, steps: Steps) -> bool:
 
 
 async def _kill_training(args: argparse.Namespace) -> int:
-    from specconsole.actions.kill import find_job, kill_job
+    from specconsole.actions.kill.training import find_job, kill_job
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
@@ -187,7 +187,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
     cfg, host = await _connected_host(config, args.host, "train", steps)
     try:
         if cfg.slurm is not None:  # a Slurm job: scancel (issue 32)
-            from specconsole.actions.slurm_kill import cancel_slurm_job
+            from specconsole.actions.kill.slurm import cancel_slurm_job
 
             async def ask(question: str, body: str, _button: str) -> bool:
                 for line in body.splitlines():
@@ -215,7 +215,7 @@ async def _kill_training(args: argparse.Namespace) -> int:
 
 
 async def _deploy(args: argparse.Namespace) -> int:
-    from specconsole.actions.deploy import DeployRequest, execute, preflight
+    from specconsole.actions.deploy.preflight import DeployRequest, execute, preflight
     from specconsole.config import load_config
 
     config = load_config(resolve_config_path(args.config))
@@ -252,11 +252,11 @@ async def _deploy(args: argparse.Namespace) -> int:
 
 
 async def _rollout(args: argparse.Namespace, config: Config, events: EventLog, request: Any) -> int:
-    """``deploy --hosts PATTERN``: the rollout (actions/rollout.py); SIGINT aborts it (what changed
+    """``deploy --hosts PATTERN``: the rollout (actions/rollout/run.py); SIGINT aborts it (what changed
     is rolled back), a second SIGINT is ignored while the roll-back runs."""
     import signal
 
-    from specconsole.actions import rollout
+    from specconsole.actions.rollout import run as rollout
     from specconsole.eval.suite import gate_prompts
     from specconsole.hosts import make_host
     from specconsole.steps import audit

@@ -80,7 +80,7 @@ GraceSeconds = Annotated[float, num(ge=0, why="seconds from SIGTERM to SIGKILL; 
 class KillConfig:
     """How to find the training job: the first of pid_file, systemd_unit, pattern that is set.
     A kill acts only on what that one finds; a later one finding processes refuses the kill
-    (:func:`specconsole.actions.kill.find_job`)."""
+    (:func:`specconsole.actions.kill.training.find_job`)."""
 
     pid_file: RemotePath | None = None
     systemd_unit: UnitName | None = None

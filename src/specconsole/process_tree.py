@@ -1,7 +1,7 @@
 """The training job's process tree on a host: the process table, how the job's launchers are
 found (pid file, systemd unit, pattern), their descendants.
 
-Shared by the kill (:mod:`specconsole.actions.kill`) and the training source's running/stopped
+Shared by the kill (:mod:`specconsole.actions.kill.training`) and the training source's running/stopped
 check (:mod:`specconsole.sources.job`), so it sits below both.
 """
 

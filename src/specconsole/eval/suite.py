@@ -133,7 +133,7 @@ def default_suite_path() -> Path | None:
 
 
 def gate_prompts(router: RouterConfig) -> list[tuple[str, int]]:
-    """A rollout gate's prompts (:func:`specconsole.actions.rollout.options`): ``[router]``'s
+    """A rollout gate's prompts (:func:`specconsole.actions.rollout.run.options`): ``[router]``'s
     ``gate_tasks`` of the default suite (all of them when none are named), each with its
     ``max_new_tokens`` capped at ``gate_max_new_tokens``."""
     suite = load_suite().select(list(router.gate_tasks) or None)

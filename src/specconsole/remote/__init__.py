@@ -3,7 +3,7 @@ else from specconsole (an import contract in ``.importlinter`` holds this), sinc
 sent to the host as it is and run by the host's own Python.
 
 - :mod:`.deploy_agent` (uploaded as ``agent.py``), :mod:`.deploy_agent_watch`,
-  :mod:`.deploy_agent_router`: the deploy's host agent (``actions/deploy_execute.py``'s ``AGENT_FILES``)
+  :mod:`.deploy_agent_router`: the deploy's host agent (``actions/deploy/execute.py``'s ``AGENT_FILES``)
 - :mod:`.argcheck`: the preflight's check of a planned ExecStart against the host's own SGLang
-  (``actions/host_check.py`` sends it on standard input; the lab's SGLang judge loads it too)
+  (``actions/deploy/host_check.py`` sends it on standard input; the lab's SGLang judge loads it too)
 """

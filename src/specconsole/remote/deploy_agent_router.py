@@ -1,6 +1,6 @@
 """The host agent's router part (standard library only): out of the router, drain, hold, back in.
 
-A rollout (:mod:`specconsole.actions.rollout`) gives the agent's plan a ``router`` section::
+A rollout (:mod:`specconsole.actions.rollout.run`) gives the agent's plan a ``router`` section::
 
     {"url": ROUTER, "worker_url": URL the router knows this replica by, "metrics_url": its /metrics,
      "drain_timeout_s": S, "hold": true, "verdict_path": WORKDIR/verdict}

@@ -1,6 +1,6 @@
 """Reading one Slurm job over a host's connection: squeue, then scontrol (or sacct once it ended).
 
-Shared by the source (:mod:`specconsole.sources.slurm`) and the kill (:mod:`specconsole.actions.slurm_kill`); the
+Shared by the source (:mod:`specconsole.sources.slurm`) and the kill (:mod:`specconsole.actions.kill.slurm`); the
 parsing is :mod:`specconsole.formats.slurm`. Every failure becomes the job's ``error`` line (the
 controller down, a refused or odd answer), never an exception, except the connection's own
 (:class:`~specconsole.base.errors.HostError`), which the callers handle as for every command.

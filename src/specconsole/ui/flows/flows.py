@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
     from textual.screen import Screen
 
-    from specconsole.actions.deploy import DeployPlan, DeployRequest
+    from specconsole.actions.deploy.preflight import DeployPlan, DeployRequest
     from specconsole.base.events import EventLog
     from specconsole.config import Config, HostConfig
     from specconsole.hosts import Host
@@ -182,7 +182,7 @@ def training_state(app: StatusView, name: str, track: ActionTrack | None = None)
 
 async def kill_training_flow(app: FlowContext) -> None:
     """Find the job, show what will be killed (Cancel focused), then stop it step by step."""
-    from specconsole.actions.kill import find_job, kill_job
+    from specconsole.actions.kill.training import find_job, kill_job
 
     found = _host(app, "train", "Kill training") if _audited(app, "Kill training") else None
     if found is None:
@@ -199,7 +199,7 @@ async def kill_training_flow(app: FlowContext) -> None:
     try:
         await connect_on_demand(host, steps, cfg.ssh.connect_timeout_s + 2)
         if cfg.slurm is not None:  # a Slurm job: scancel (issue 32)
-            from specconsole.actions.slurm_kill import cancel_slurm_job
+            from specconsole.actions.kill.slurm import cancel_slurm_job
 
             async def ask(title: str, body: str, button: str) -> bool:
                 steps.hand_over("your confirmation")  # the dialog's time is the operator's, no step's
@@ -225,8 +225,8 @@ async def kill_training_flow(app: FlowContext) -> None:
 async def discover_algorithms(host: Host, cfg: HostConfig, steps: Steps) -> list[str]:
     """Ask the installed SGLang (the unit's own program, read as preflight reads it) which speculative
     algorithms it has; none (the form offers its fallback) when the unit or its --help cannot be read."""
-    from specconsole.actions.deploy import DeployRefused
-    from specconsole.actions.unit_cli import read_unit_cli
+    from specconsole.actions.deploy.preflight import DeployRefused
+    from specconsole.actions.deploy.unit_cli import read_unit_cli
     from specconsole.ui.screens.deploy_form import FALLBACK_ALGORITHMS
 
     if cfg.sglang is None:
@@ -249,7 +249,7 @@ async def ask_deploy_form(app: FlowContext, host: Host, cfg: HostConfig, steps: 
     place by preflight, both through ``steps``): the plan and the request it was made from, or
     ``(None, None)`` when the operator cancelled. While the form is open its time is the operator's
     (``form_wait``), except while discovery or preflight runs (their steps begin and end the turn)."""
-    from specconsole.actions.deploy import preflight
+    from specconsole.actions.deploy.preflight import preflight
     from specconsole.ui.screens.deploy_form import DeployForm
 
     asked: list[DeployRequest] = []
@@ -277,7 +277,7 @@ async def ask_deploy_form(app: FlowContext, host: Host, cfg: HostConfig, steps: 
 async def deploy_flow(app: FlowContext, draft_model: str | None = None, about: str | None = None) -> None:
     """The wizard: a form (algorithms from the host's --help, checked in place by preflight), the plan
     to confirm (Cancel focused), execute. ``draft_model`` prefills the draft model (a checkpoint)."""
-    from specconsole.actions.deploy import execute
+    from specconsole.actions.deploy.preflight import execute
     from specconsole.ui.screens.deploy_form import prefill
     from specconsole.ui.screens.plan import PlanScreen
 

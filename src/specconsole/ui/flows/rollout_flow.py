@@ -1,8 +1,8 @@
 """``R`` in the fleet view: the rollout wizard across the marked serving hosts (``m`` marks).
 
 The deploy form (checked in place by preflight on the canary, the first marked host in config
-order), the canary's plan to confirm, then :func:`specconsole.actions.rollout.rollout` with the
-action view showing one line per replica (:class:`~specconsole.actions.rollout_board.Board`).
+order), the canary's plan to confirm, then :func:`specconsole.actions.rollout.run.rollout` with the
+action view showing one line per replica (:class:`~specconsole.actions.rollout.board.Board`).
 ``X`` aborts: the rollout stops and rolls back what it changed.
 """
 
@@ -25,8 +25,8 @@ def _say(app: FlowContext, message: str) -> None:
 
 
 async def rollout_flow(app: FlowContext) -> None:
-    from specconsole.actions import rollout
-    from specconsole.actions.rollout_board import Board
+    from specconsole.actions.rollout import run as rollout
+    from specconsole.actions.rollout.board import Board
     from specconsole.eval.suite import gate_prompts
     from specconsole.ui.flows.flows import _audited, ask_deploy_form
     from specconsole.ui.screens.deploy_form import prefill

@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from specconsole.actions.rollout_board import Board
+from specconsole.actions.rollout.board import Board
 from specconsole.steps import StepEvent
 from specconsole.ui.style.formatting import escape
 
@@ -182,7 +182,7 @@ class ActionPanel(Vertical):
         super().__init__(classes="pane action-panel", **kwargs)
         self.track: ActionTrack | None = None
         self.state_fn: Callable[[], str] | None = None
-        #: a rollout's one line per replica (:class:`~specconsole.actions.rollout_board.Board`): shown
+        #: a rollout's one line per replica (:class:`~specconsole.actions.rollout.board.Board`): shown
         #: instead of the step list; the replicas' events go to it, the rollout's own to the track
         self.board: Board | None = None
         self._shown_count = -1

@@ -2,7 +2,7 @@
 
 * the algorithm is a Select of the choices the host's own ``--help`` lists (discovered when the
   form opens, with a status line while it runs); only the fields that apply to it show
-  (:data:`~specconsole.actions.algorithms.FIELDS_FOR`, which says it once: the window for DFLASH,
+  (:data:`~specconsole.actions.deploy.algorithms.FIELDS_FOR`, which says it once: the window for DFLASH,
   block size and tree budget for DDTREE, steps, top-k and draft tokens for the EAGLE family, draft
   tokens for NGRAM);
 * every field is checked in place: a bad value shows its error beside the field and the form
@@ -24,8 +24,8 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
-from specconsole.actions.algorithms import FIELDS_FOR, NO_DRAFT_MODEL, SPECIFIC
-from specconsole.actions.deploy import DeployPlan, DeployRefused, DeployRequest
+from specconsole.actions.deploy.algorithms import FIELDS_FOR, NO_DRAFT_MODEL, SPECIFIC
+from specconsole.actions.deploy.preflight import DeployPlan, DeployRefused, DeployRequest
 from specconsole.base.errors import SpecConsoleError
 from specconsole.base.samples import Sample
 from specconsole.config import HostConfig

@@ -10,8 +10,8 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Collapsible, Static
 
-from specconsole.actions.deploy import DeployPlan
-from specconsole.actions.deploy_plan import resolved_summary
+from specconsole.actions.deploy.plan import resolved_summary
+from specconsole.actions.deploy.preflight import DeployPlan
 from specconsole.ui.screens.confirm import ConfirmScreen
 from specconsole.ui.style.formatting import escape
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from specconsole.actions.algorithms import DeployRefused
+from specconsole.actions.deploy.algorithms import DeployRefused
 from specconsole.base.values import output_line
 from specconsole.config import HostConfig
 from specconsole.hosts import Host

@@ -6,7 +6,7 @@ baseline is measured on a replica not yet changed (the second one; the only one 
 Then per replica, in order (the first is the canary):
 
 1. preflight (:func:`specconsole.actions.deploy.preflight`, as a single deploy);
-2. :func:`~specconsole.actions.deploy_execute.execute` with a ``router`` section: the host agent
+2. :func:`~specconsole.actions.deploy.execute.execute` with a ``router`` section: the host agent
    takes the replica out of the router, drains it, deploys (restart, health, verify, smoke,
    rollback on failure) and holds it out (:mod:`.deploy_agent_router`);
 3. the gate (:mod:`.gate`) on the replica directly; the verdict goes to the agent: ``promote``,
@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specconsole.actions.deploy import (
+from specconsole.actions.deploy.execute import execute, first_line, follow
+from specconsole.actions.deploy.preflight import (
     DeployOutcome,
     DeployPlan,
     DeployRefused,
@@ -37,10 +38,9 @@ from specconsole.actions.deploy import (
     preflight,
     sglang_client,
 )
-from specconsole.actions.deploy_execute import execute, first_line, follow
-from specconsole.actions.gate import Figures, GateError, Threshold, Verdict, judge, measure
-from specconsole.actions.rollout_board import Board
-from specconsole.actions.router import Worker, list_workers, same_url
+from specconsole.actions.rollout.board import Board
+from specconsole.actions.rollout.gate import Figures, GateError, Threshold, Verdict, judge, measure
+from specconsole.actions.rollout.router import Worker, list_workers, same_url
 from specconsole.base.errors import ConfigError, SpecConsoleError
 from specconsole.config import Config, HostConfig, RouterConfig
 from specconsole.hosts import Host
@@ -337,7 +337,7 @@ def options(config: Config, request: DeployRequest, *, gate: str | None, canary_
             gate_prompts: Callable[[RouterConfig], list[tuple[str, int]]]) -> RolloutOptions:
     """The rollout's settings: the flags, else ``[router]``; the gate's prompts from ``gate_prompts``
     (the caller hands in :func:`specconsole.eval.suite.gate_prompts`: the eval suite's tasks)."""
-    from specconsole.actions.gate import parse_gate
+    from specconsole.actions.rollout.gate import parse_gate
 
     if config.router is None:
         raise ConfigError(config.path, "router", "a rollout (--hosts) needs the router in front of the replicas",

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from specconsole.actions.deploy_plan import DeployOutcome, DeployPlan
-from specconsole.actions.privilege import ALIVE_SH, agent_python
+from specconsole.actions.deploy.plan import DeployOutcome, DeployPlan
+from specconsole.actions.deploy.privilege import ALIVE_SH, agent_python
 from specconsole.base.errors import HostUnavailable
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command
@@ -29,7 +29,7 @@ from specconsole.steps import HEARTBEAT_S, Steps, shorten
 
 #: The host agent's files, by the name each gets in the deploy's work folder (``agent.py``
 #: imports its sibling by that name).
-_REMOTE = Path(__file__).resolve().parents[1] / "remote"  # specconsole/remote/: what runs on a host
+_REMOTE = Path(__file__).resolve().parents[2] / "remote"  # specconsole/remote/: what runs on a host
 AGENT_FILES = {"agent.py": _REMOTE / "deploy_agent.py",
                "deploy_agent_watch.py": _REMOTE / "deploy_agent_watch.py",
                "deploy_agent_router.py": _REMOTE / "deploy_agent_router.py"}

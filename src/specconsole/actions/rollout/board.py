@@ -1,6 +1,6 @@
 """One line per replica while a rollout runs: state, current step, elapsed, latest heartbeat, gate.
 
-:class:`Board` reads the rollout's :class:`~specconsole.actions.rollout.Replica` objects (their
+:class:`Board` reads the rollout's :class:`~specconsole.actions.rollout.run.Replica` objects (their
 state and gate figures) and the step events it is fed (each replica's current step, when it
 started, its latest heartbeat or result), and renders one line per replica at any width::
 
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from specconsole.steps import StepEvent
 
 if TYPE_CHECKING:
-    from specconsole.actions.gate import Figures
-    from specconsole.actions.rollout import Replica
+    from specconsole.actions.rollout.gate import Figures
+    from specconsole.actions.rollout.run import Replica
 
 
 @dataclass

@@ -135,7 +135,7 @@ async def scancel(host: Host, slurm: SlurmConfig, job: SlurmJob, steps: Steps, c
     steps.info(f"Slurm says job {job.job_id} is {state} ({final.summary() if final.seen_by else last.summary()})")
     step = None
     if cfg.training is not None and (job.stdout or cfg.training.log_path):
-        from specconsole.actions.kill import final_step
+        from specconsole.actions.kill.training import final_step
 
         step = await final_step(host, replace(cfg.training, log_path=job.stdout or cfg.training.log_path), steps)
     at = f" at step {step} (the log's last)" if step is not None else ""

@@ -1,7 +1,7 @@
 """What a deploy is: the operator's request, the plan preflight computes, and the outcome.
 
 :func:`specconsole.actions.deploy.preflight` builds a :class:`DeployPlan` from a
-:class:`DeployRequest`; :func:`specconsole.actions.deploy_execute.execute` carries it out and
+:class:`DeployRequest`; :func:`specconsole.actions.deploy.execute.execute` carries it out and
 returns a :class:`DeployOutcome`.
 """
 
@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from specconsole.actions.algorithms import DeployRefused
-from specconsole.actions.host_check import HostVerdict
-from specconsole.actions.privilege import Privilege
+from specconsole.actions.deploy.algorithms import DeployRefused
+from specconsole.actions.deploy.host_check import HostVerdict
+from specconsole.actions.deploy.privilege import Privilege
 from specconsole.sglang.flags import SglangCli
 from specconsole.sglang.rebase import BaseDrift
 from specconsole.sglang.unit import ServiceUnit, show_word
@@ -55,7 +55,7 @@ class DeployRequest:
     health_timeout_s: float = 600.0
     smoke_tokens: int = 64
     #: Ask the host's own SGLang to parse and resolve the planned command line before anything changes
-    #: (:mod:`specconsole.actions.host_check`); ``False``: the built-in rules only (``--no-host-check``).
+    #: (:mod:`specconsole.actions.deploy.host_check`); ``False``: the built-in rules only (``--no-host-check``).
     host_check: bool = True
     #: Build the new ExecStart from the current base unit (without the deploy drop-in) instead
     #: of the drop-in's; needed when the base unit changed since the drop-in was written.
@@ -88,7 +88,7 @@ class DeployPlan:
     rebased: BaseDrift | None = None
     #: what the host's SGLang said of the new command line (None: not asked, ``--no-host-check``)
     host_verdict: HostVerdict | None = None
-    #: root login, or ``sudo = true``: the agent starts under ``sudo -n`` (actions/privilege.py)
+    #: root login, or ``sudo = true``: the agent starts under ``sudo -n`` (actions/deploy/privilege.py)
     privilege: Privilege = field(default_factory=Privilege)
     id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))
 

@@ -5,7 +5,7 @@
    model's ``config.json``, checks SGLang's constraints and the GPU memory, and returns a
    :class:`DeployPlan` (current vs new flags, the drop-in diff, what restarts). Invalid input
    is refused here, before anything on the host changes, naming SGLang's constraint.
-2. :func:`execute` (:mod:`specconsole.actions.deploy_execute`): copies the agent
+2. :func:`execute` (:mod:`specconsole.actions.deploy.execute`): copies the agent
    (:mod:`specconsole.remote.deploy_agent` and its sibling
    :mod:`~specconsole.remote.deploy_agent_watch`) and the plan to the host and starts it
    detached; the agent locks, backs up, writes a drop-in atomically,
@@ -14,7 +14,7 @@
    connection drops, reconnects and picks up where it was: the host ends on the old config or
    on the new healthy one whether or not the operator is still connected.
 
-The request, plan and outcome types live in :mod:`specconsole.actions.deploy_plan`; this module
+The request, plan and outcome types live in :mod:`specconsole.actions.deploy.plan`; this module
 is the one to import them (and :func:`execute`) from.
 """
 
@@ -24,8 +24,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from specconsole.actions import host_check, privilege
-from specconsole.actions.algorithms import (
+from specconsole.actions.deploy import host_check, privilege
+from specconsole.actions.deploy.algorithms import (
     FORM_FIELDS,
     DeployRefused,
     SpecContext,
@@ -34,8 +34,9 @@ from specconsole.actions.algorithms import (
     check_value,
     plan_settings,
 )
-from specconsole.actions.deploy_execute import agent_plan, execute, first_line, follow
-from specconsole.actions.deploy_plan import (
+from specconsole.actions.deploy.execute import agent_plan, execute, first_line, follow
+from specconsole.actions.deploy.host_check import HostVerdict
+from specconsole.actions.deploy.plan import (
     BaseUnitChanged,
     DeployOutcome,
     DeployPlan,
@@ -43,9 +44,8 @@ from specconsole.actions.deploy_plan import (
     lock_path,
     resolved_summary,
 )
-from specconsole.actions.host_check import HostVerdict
-from specconsole.actions.privilege import Privilege, PrivilegeRefused, agent_python, alive_argv
-from specconsole.actions.unit_cli import read_cli, read_unit
+from specconsole.actions.deploy.privilege import Privilege, PrivilegeRefused, agent_python, alive_argv
+from specconsole.actions.deploy.unit_cli import read_cli, read_unit
 from specconsole.base.errors import SpecConsoleError
 from specconsole.base.http_body import MIB
 from specconsole.base.values import SPEC_INT_MAX

@@ -1,0 +1,1 @@
+"""Stop a training job: a torchrun process tree, or a Slurm job."""
