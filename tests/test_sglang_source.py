@@ -447,6 +447,28 @@ async def test_client_errors_are_one_line(tiny: Callable[..., TinyServer]) -> No
         assert exc.value.kind == "metrics_disabled"
 
 
+async def test_clients_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a tunnel the source makes a new client after every failed poll (each second while
+    SGLang is down): the CA bundle (30-90 ms of CPU to load) is loaded once per process, not per client."""
+    import ssl
+
+    from specconsole.sglang import client as client_module
+
+    made: list[object] = []
+    original = ssl.create_default_context
+
+    def counting(*args: object, **kwargs: object) -> ssl.SSLContext:
+        made.append(args)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    client_module.tls_context.cache_clear()
+    for _ in range(4):
+        async with SglangClient("http://127.0.0.1:9", timeout_s=0.5):
+            pass
+    assert len(made) == 1
+
+
 # -- through a tunnel ---------------------------------------------------------------------
 class TunnelHost(LocalHost):
     """A host whose ``reach`` hands out a configurable local address (like an SSH tunnel)."""

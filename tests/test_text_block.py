@@ -108,6 +108,30 @@ async def test_lines_moving_up_are_not_rendered_again_and_keep_their_offsets(ren
         assert [list(block.render_line(y)) for y in range(3)] == [list(static.render_line(y)) for y in range(3)]
 
 
+async def test_a_hidden_block_costs_no_layout_and_shows_its_latest_text(rendered: list[str]) -> None:
+    """A block under ``display: none`` (the host pane's GPU summary on a tall screen) takes new text
+    every second: no relayout of the screen, nothing rendered, until it is shown."""
+    app = Pair("nowrap")
+    async with app.run_test(size=(70, 12)) as pilot:
+        block = app.query_one(TextBlock)
+        block.display = False
+        await pilot.pause()
+        screen = app.screen
+        layouts = screen._layout_updates + block._layout_updates
+        rendered.clear()
+        for n in range(3):
+            block.set(f"[b]sample[/] {n}.5s ago\n{n} GPUs")
+            await pilot.pause()
+        assert rendered == []
+        assert block._layout_updates + screen._layout_updates == layouts
+        block.display = True
+        static = app.query_one(Static)
+        static.update(block.text)
+        await pilot.pause()
+        assert [line.rstrip() for line in _lines(block)] == ["sample 2.5s ago", "2 GPUs"]
+        assert _lines(block) == _lines(static)
+
+
 TAGS = ["[b]", "[/b]", "[/]", "[i]", "[/i]", "[dim]", "[/dim]", "[$success]", "[$text-muted]", "[b $warning]",
         "[@click=app.quit]", "[1, 2]", "[]", "[not a tag]", "[", "]", "\\[", "[/x]"]
 TEXTS = ["", "x", "step 12/200,000", "$5 $success", ":smile:", "  ·  ", "0.4s ago", "é中", "a\\b"]

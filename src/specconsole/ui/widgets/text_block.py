@@ -56,6 +56,9 @@ class TextBlock(Widget):
             return
         old = self._strips
         self._text, self._markup = text, text.split("\n")
+        if not self.display:  # hidden (``display: none``): nothing to repaint, no layout to redo;
+            self._key = None  # showing it again lays the screen out, which renders this text then
+            return
         if self._key != self.size.width:  # not drawn yet at this size, or restyled
             self.refresh(layout=True)
             return
