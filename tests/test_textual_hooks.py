@@ -18,6 +18,8 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.screen import Screen
 from textual.widget import Widget
 
+from specconsole.ui.console.cropping import CroppingCompositor
+
 
 def _source(obj: object) -> str:
     return inspect.getsource(obj)  # type: ignore[arg-type]
@@ -39,6 +41,19 @@ def test_the_compositor_hooks() -> None:
     hook("self._compositor = Compositor()" in _source(Screen.__init__), "Screen._compositor", user)
     hook(params_of(_compositor.Compositor, "render_update")[:3] == ["self", "full", "screen_stack"],
          "Compositor.render_update(full, screen_stack)", user)
+
+
+def test_the_compositor_hooks_of_the_cropping_compositor() -> None:
+    user = "src/specconsole/ui/console/cropping.py (CroppingCompositor)"
+    hook(params_of(_compositor.Compositor, "_get_renders") == ["self", "crop"], "Compositor._get_renders(self, crop)",
+         user)
+    hook(hasattr(_compositor.Compositor, "render_partial_update"), "Compositor.render_partial_update", user)
+    hook(hasattr(_compositor, "ChopsUpdate"), "textual._compositor.ChopsUpdate", user)
+    compositor = CroppingCompositor()
+    hook(isinstance(getattr(compositor, "_dirty_regions", None), set), "Compositor._dirty_regions (a set)", user)
+    hook(isinstance(getattr(compositor, "visible_widgets", None), dict), "Compositor.visible_widgets (a mapping)", user)
+    hook("self._compositor = Compositor()" in _source(Screen.__init__), "Screen._compositor (assigned in __init__)",
+         user + " replaces Screen._compositor")
 
 
 def test_the_app_and_driver_hooks() -> None:

@@ -60,6 +60,7 @@ from specconsole.ui.console.app_actions import ConsoleActions
 from specconsole.ui.console.app_alerts import ConsoleAlerts
 from specconsole.ui.console.app_leaving import Leaving
 from specconsole.ui.console.command_palette import ActionsProvider
+from specconsole.ui.console.cropping import CroppingScreen
 from specconsole.ui.console.provider import StatusProvider
 from specconsole.ui.fleet.fleet_view import FleetNavigator, FleetView
 from specconsole.ui.fleet.summary_bar import SummaryBar
@@ -206,6 +207,9 @@ class ConsoleApp(App[int]):
     def panes_changed(self) -> None:
         """Per-host panes were mounted or removed (a fleet drill-down): look them up again."""
         self._panes = None
+
+    def get_default_screen(self) -> Screen[Any]:
+        return CroppingScreen()  # repaints only the widgets and rows that changed (issue 34)
 
     def get_driver_class(self) -> type[Driver]:
         return self.leaving.driver_class(super().get_driver_class())
