@@ -17,11 +17,10 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Static
-
 from specconsole.actions.rollout.board import Board
 from specconsole.steps import StepEvent
 from specconsole.ui.style.formatting import escape
+from specconsole.ui.widgets.text_block import TextBlock
 
 #: Step marks: readable without colour.
 MARKS = {"running": "▶", "ok": "✓", "failed": "✗", "warning": "!", "waiting": "…", "waited": "·"}
@@ -176,7 +175,12 @@ class ActionTrack:
 
 
 class ActionPanel(Vertical):
-    """The docked panel drawing an :class:`ActionTrack`; hidden until an action starts."""
+    """The docked panel drawing an :class:`ActionTrack`; hidden until an action starts.
+
+    A redraw (each heartbeat, at least every 0.5 s, and each refresh) repaints only what changed:
+    its lines are :class:`TextBlock` s (the changed rows; a relayout only when a height changes),
+    and the border's title, subtitle, classes and height are set only when they change (setting a
+    title repaints the whole panel, ``Static.update`` laid the whole screen out)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(classes="pane action-panel", **kwargs)
@@ -186,12 +190,14 @@ class ActionPanel(Vertical):
         #: instead of the step list; the replicas' events go to it, the rollout's own to the track
         self.board: Board | None = None
         self._shown_count = -1
+        self._shown_lines = -1
+        self._titles: tuple[str, str] | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="action-scroll"):
-            yield Static("", id="action-steps")
-        yield Static("", id="action-latest")
-        yield Static("", id="action-state")
+            yield TextBlock("", id="action-steps")
+        yield TextBlock("", id="action-latest")
+        yield TextBlock("", id="action-state")
 
     @property
     def busy(self) -> bool:
@@ -204,7 +210,7 @@ class ActionPanel(Vertical):
         self.track = ActionTrack(title, host, now, action=action)
         self.state_fn = state
         self.board = None
-        self._shown_count = -1
+        self._shown_count = self._shown_lines = -1
         self.display = True
         self.redraw(now)
         return self.track
@@ -249,10 +255,12 @@ class ActionPanel(Vertical):
         track = self.track
         if track is None or not self.is_mounted:
             return
-        self.border_title = f"{escape(track.title)} · {track.status(now)}"
-        self.border_subtitle = "esc: close · history in Events" if track.finished else "live"
-        self.set_class(track.finished and not track.ok, "-failed")
-        self.set_class(track.finished and track.ok, "-ok")
+        title = f"{escape(track.title)} · {track.status(now)}"
+        subtitle = "esc: close · history in Events" if track.finished else "live"
+        if self.has_class("-failed") != (track.finished and not track.ok):
+            self.set_class(track.finished and not track.ok, "-failed")
+        if self.has_class("-ok") != (track.finished and track.ok):
+            self.set_class(track.finished and track.ok, "-ok")
         latest = track.latest
         latest_rows = (2 if len(latest) > self.size.width - 8 else 1) if latest else 0
         state = self.state_line
@@ -261,28 +269,34 @@ class ActionPanel(Vertical):
         wanted = (len(board.replicas) + 1 if board is not None else len(track.rows)) + max(1, latest_rows) + 3
         height = max(6, min(16 if tall else 12, wanted))
         rows = height - 2 - latest_rows - (1 if state else 0)  # inside the border, above the last lines
-        steps = self.query_one("#action-steps", Static)
+        steps = self.query_one("#action-steps", TextBlock)
         if board is not None:  # one line per replica (the scroll shows the ones past the panel's height);
             # the rollout's own step is in the title
             lines = [escape(line) for line in board.lines(max(20, steps.size.width or 80), now=now)]
             if track.rows:
-                self.border_title += f" · {escape(track.rows[-1].name)}"
+                title += f" · {escape(track.rows[-1].name)}"
         else:
             lines = track.step_lines(now, rows, width=steps.size.width or None)
-        steps.update("\n".join(lines) or "starting…")
+        if self._titles != (title, subtitle):
+            self._titles = (title, subtitle)
+            self.border_title, self.border_subtitle = title, subtitle
+        steps.set("\n".join(lines) or "starting…")
         mark = "✓ " if track.ok else ("✗ " if track.finished else "… ")
-        self.query_one("#action-latest", Static).update(f"[$text-muted]{escape(mark + latest)}[/]" if latest else "")
-        self.query_one("#action-state", Static).update(f"[b]▸ {escape(state)}[/]" if state else "")
+        self.query_one("#action-latest", TextBlock).set(f"[$text-muted]{escape(mark + latest)}[/]" if latest else "")
+        self.query_one("#action-state", TextBlock).set(f"[b]▸ {escape(state)}[/]" if state else "")
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
         if track.count != self._shown_count:
             self._shown_count = track.count
             scroll = self.query_one("#action-scroll", VerticalScroll)
-            self.call_after_refresh(scroll.scroll_end, animate=False)
+            # the newest line into view; no lines added and the end in view already: nothing to scroll
+            if len(lines) != self._shown_lines or scroll.scroll_y < scroll.max_scroll_y:
+                self.call_after_refresh(scroll.scroll_end, animate=False)
+            self._shown_lines = len(lines)
 
     @property
     def text(self) -> str:
         """Plain text of the panel (tests)."""
-        parts = [str(self.query_one(f"#{i}", Static).render()) for i in ("action-steps", "action-latest",
-                                                                            "action-state")]
+        parts = [str(self.query_one(f"#{i}", TextBlock).render()) for i in ("action-steps", "action-latest",
+                                                                               "action-state")]
         return "\n".join(parts)

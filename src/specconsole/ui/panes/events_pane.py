@@ -69,7 +69,17 @@ class EventList(ScrollView, can_focus=True):
         width = self._width()
         self._wrap_width = width
         self._rows = [(i, row) for i, line in enumerate(self._lines) for row in self.wrap(line, width)]
-        self.virtual_size = Size(width, len(self._rows))
+        size, old = Size(width, len(self._rows)), self.virtual_size
+        viewport = self.scrollable_content_region.height
+        if (self.is_mounted and size != old and size.width == old.width and self.show_vertical_scrollbar
+                and min(size.height, old.height) > viewport > 0):
+            # more rows past the end of a list that scrolls already: its scrollbar and the room it
+            # takes stay, so the screen needs no new layout (the virtual_size reactive asks for one,
+            # a whole-screen reflow per event: two a second from a running action's heartbeats)
+            self.set_reactive(EventList.virtual_size, size)
+            self._scroll_update(size)
+        else:
+            self.virtual_size = size
         if self.rows_changed is not None:
             self.rows_changed(len(self._rows))
 
