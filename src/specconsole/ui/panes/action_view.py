@@ -17,6 +17,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+
 from specconsole.actions.rollout.board import Board
 from specconsole.steps import StepEvent
 from specconsole.ui.style.formatting import escape
