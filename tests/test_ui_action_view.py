@@ -368,3 +368,36 @@ def test_steps_that_do_not_fit_are_named_on_one_line_and_the_latest_stays_in_vie
     narrow = track.step_lines(10.0, 4, width=40)[0]
     assert "4 earlier: …, draft model, constraints" in narrow and "read the unit" not in narrow
     assert len(narrow.split("earlier: ", 1)[1].removesuffix("[/]")) <= 40 - len("✓ 4 earlier: ")
+
+
+async def test_a_running_actions_heartbeats_lay_nothing_out(tmp_path: Path) -> None:
+    """Issue 34: a heartbeat (at least every 0.5 s) goes to the action view and the events pane;
+    with the pane already full, neither lays the screen out again, and the newest event is on screen."""
+    app = frozen(tmp_path)
+    for i in range(60):  # the events pane full at 200x50, as after a console's first minutes
+        app.events.emit(f"earlier event {i}", "serve")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        app.actions.open("deploy", "Deploy to serve", "serve")
+        steps = Steps("deploy", app.actions.emit, host="serve")
+        steps.begin("restart", "restarting sglang.service")
+        await pilot.pause()
+        await pilot.pause()
+        screen, log = app.screen, app.query_one(EventList)
+        layouts: list[bool] = []
+        original = screen._refresh_layout
+
+        def counted(*args: Any, **kwargs: Any) -> None:
+            layouts.append(True)
+            original(*args, **kwargs)
+
+        screen._refresh_layout = counted  # type: ignore[method-assign]
+        for n in range(4):
+            app.events.emit(f"heartbeat {n}: waiting for /health", "serve")
+            steps.emit("heartbeat", f"waiting for /health: {n}s of 600s")
+            await pilot.pause()
+            await pilot.pause()
+        assert layouts == []
+        assert "waiting for /health: 3s of 600s" in app.screen_text()
+        assert log.scroll_y == log.max_scroll_y  # still following the newest line
+        assert "heartbeat 3: waiting for /health" in app.screen_text()

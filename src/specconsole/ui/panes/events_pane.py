@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
@@ -21,6 +22,9 @@ from specconsole.base.values import printable
 from specconsole.ui.style import formatting as fmt
 from specconsole.ui.style.formatting import escape
 from specconsole.ui.widgets.scroll import scroll_bindings
+
+#: Rendered rows an event list keeps (about a screenful of rows at a few widths and themes).
+STRIPS_KEPT = 512
 
 
 class EventList(ScrollView, can_focus=True):
@@ -43,7 +47,9 @@ class EventList(ScrollView, can_focus=True):
         self._rows: list[tuple[int, str]] = []  # (index into _lines, text of one screen row)
         self._wrap_width = 0
         self._follow = True  # keep showing the newest line until the operator scrolls up
-        self.rows_changed: Callable[[int], None] | None = None  # told the number of screen rows
+        self._strips: dict[tuple[str, str | None, int, Style], Strip] = {}  # see render_line
+        #: told the number of screen rows; True when that changes the list's room (a new layout)
+        self.rows_changed: Callable[[int], bool] | None = None
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
@@ -65,7 +71,8 @@ class EventList(ScrollView, can_focus=True):
             rest = rest[room:]
         return rows
 
-    def _rewrap(self) -> None:
+    def _rewrap(self) -> bool:
+        """Wrap every line at the width; True when the new rows needed no new layout (see below)."""
         width = self._width()
         self._wrap_width = width
         self._rows = [(i, row) for i, line in enumerate(self._lines) for row in self.wrap(line, width)]
@@ -78,10 +85,13 @@ class EventList(ScrollView, can_focus=True):
             # a whole-screen reflow per event: two a second from a running action's heartbeats)
             self.set_reactive(EventList.virtual_size, size)
             self._scroll_update(size)
+            settled = True
         else:
             self.virtual_size = size
-        if self.rows_changed is not None:
-            self.rows_changed(len(self._rows))
+            settled = False
+        if self.rows_changed is not None and self.rows_changed(len(self._rows)):
+            settled = False  # the pane grows: the list's own height is laid out anew
+        return settled
 
     def on_resize(self) -> None:
         if self._width() != self._wrap_width:
@@ -94,8 +104,11 @@ class EventList(ScrollView, can_focus=True):
         for event in events:
             self.events.append(event)
             self._lines.append(printable(event.line()))  # a host's ESC or U+202E is shown, not obeyed
-        self._rewrap()
-        if self._follow:  # after the new size is laid out, or the end is not the end yet
+        settled = self._rewrap()
+        if self._follow and settled:
+            # its size is known already (no layout to wait for): to the end now, one frame, not two
+            self.scroll_end(animate=False, x_axis=False, immediate=True)
+        elif self._follow:  # after the new size is laid out, or the end is not the end yet
             self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
         self.refresh()
 
@@ -104,6 +117,8 @@ class EventList(ScrollView, can_focus=True):
         return list(self._lines)
 
     def render_line(self, y: int) -> Strip:
+        """One screen row. A row keeps its strip while its text, colour, width and base style do:
+        each new line scrolls every row up one, and the rows shown do not change otherwise."""
         _scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.scrollable_content_region.width
@@ -114,10 +129,16 @@ class EventList(ScrollView, can_focus=True):
         line_index, row = self._rows[index]
         level = self.events[line_index].level if line_index < len(self.events) else "info"
         color = {"error": palette.error, "warning": palette.warning, "step": palette.accent}.get(level)
-        text = Text(row, style=color or "", no_wrap=True, end="")
-        segments = list(text.render(self.app.console))
-        strip = Strip(Segment.apply_style(segments, base), text.cell_len)
-        return strip.crop_extend(0, width, base)
+        key = (row, color, width, base)
+        strip = self._strips.get(key)
+        if strip is None:
+            text = Text(row, style=color or "", no_wrap=True, end="")
+            segments = list(text.render(self.app.console))
+            strip = Strip(Segment.apply_style(segments, base), text.cell_len).crop_extend(0, width, base)
+            if len(self._strips) >= STRIPS_KEPT:
+                self._strips.clear()
+            self._strips[key] = strip
+        return strip
 
 
 class EventsPane(Vertical):
@@ -139,11 +160,13 @@ class EventsPane(Vertical):
         log.rows_changed = self._fit
         yield log
 
-    def _fit(self, rows: int) -> None:
+    def _fit(self, rows: int) -> bool:
         # its rows and the border; past the screen's height more makes no difference (no relayout)
         height = min(max(1, rows), max(1, self.app.size.height)) + self.styles.gutter.height
         if self.styles.max_height != Scalar.from_number(height):
             self.styles.max_height = height
+            return True
+        return False
 
     @property
     def lines(self) -> list[str]:
