@@ -23,7 +23,7 @@ from specconsole.lab.parts.state import free_port
 from specconsole.steps import StepEvent, Steps
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.action_view import ActionPanel, ActionTrack
-from specconsole.ui.panes.events_pane import EventList
+from specconsole.ui.panes.events_pane import EventList, EventsPane
 from specconsole.ui.screens.deploy_form import DeployForm, algorithm_choices
 from specconsole.ui.screens.plan import PlanScreen, flag_rows
 from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
@@ -401,3 +401,17 @@ async def test_a_running_actions_heartbeats_lay_nothing_out(tmp_path: Path) -> N
         assert "waiting for /health: 3s of 600s" in app.screen_text()
         assert log.scroll_y == log.max_scroll_y  # still following the newest line
         assert "heartbeat 3: waiting for /health" in app.screen_text()
+
+
+async def test_events_arriving_while_the_console_closes_are_no_error(tmp_path: Path) -> None:
+    """The events pane's list goes before the pane when the console closes; an event flushed then
+    (a step of an action still ending) is dropped from the pane, not a NoMatches that fails the exit."""
+    app = frozen(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(EventsPane)
+        await pane.query_one(EventList).remove()
+        app.events.emit("a step of an action still ending", "serve")
+        app.new_events.append(app.events.recent[-1])
+        pane.flush(app.new_events)
+        await pilot.pause()

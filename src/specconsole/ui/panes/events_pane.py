@@ -174,9 +174,10 @@ class EventsPane(Vertical):
 
     def flush(self, pending: deque[Event]) -> None:
         """Write the queued events (the app queues them as they are emitted, from any thread)."""
-        if not pending:
+        logs = self.query(EventList)
+        if not pending or not logs:  # no list: the console is closing (its widgets go first)
             return
         batch = []
         while pending:
             batch.append(pending.popleft())
-        self.query_one(EventList).add(batch)
+        logs.first().add(batch)
