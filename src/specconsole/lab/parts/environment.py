@@ -50,6 +50,7 @@ from specconsole.lab.doubles.models import (
     write_target_model,
 )
 from specconsole.lab.doubles.sglang_versions import VERSIONS
+from specconsole.lab.files import toml_str
 from specconsole.lab.parts import (
     console_config,
     judge,
@@ -59,7 +60,7 @@ from specconsole.lab.parts import (
     sshd_host,
     training_job,
 )
-from specconsole.lab.parts.console_config import console_and_ssh, toml_str
+from specconsole.lab.parts.console_config import console_and_ssh
 from specconsole.lab.parts.judge import JUDGE_ENV, judge_socket_path
 from specconsole.lab.parts.keys import client_key, write_known_hosts
 from specconsole.lab.parts.state import (
