@@ -233,9 +233,12 @@ def _say_acceptance(run: EvalRun, steps: Steps) -> None:
     that the server gave none."""
     tally = run_acceptance(run)
     detail = tally.detail()
+    if detail is None and not tally.speculative_without_detail:
+        return  # vanilla, or no ok task: nothing to show or say
+    steps.begin("acceptance", "accepted drafts per verify step over the run's tasks (meta_info)")
     if detail is not None:
-        steps.emit("info", f"acceptance: {detail.summary()}", acceptance=((run.label, detail),))
-    elif tally.speculative_without_detail:
+        steps.emit("info", detail.summary(), acceptance=((run.label, detail),))
+    else:
         steps.info(NO_DETAIL)
 
 

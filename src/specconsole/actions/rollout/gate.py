@@ -143,7 +143,7 @@ def acceptance_figures(figures: Figures, baseline: Figures | None, *, role: str 
     if figures.acceptance is not None:
         series.append((f"{figures.where or 'replica'} ({role})", figures.acceptance))
     if baseline is not None and baseline.acceptance is not None and baseline is not figures:
-        series.append((f"{baseline.where or 'baseline'} (fleet, old config)", baseline.acceptance))
+        series.append((f"{baseline.where or 'baseline'} (fleet)", baseline.acceptance))
     if not series:
         return (NO_DETAIL, ()) if figures.no_detail and not said else None
     lengths = " vs ".join(f"{label} {d.accept_length:.2f}" for label, d in series)

@@ -136,7 +136,7 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
     top.begin("baseline", f"measuring the gate's {len(opts.prompts)} prompts on {base.name} (not yet changed)")
     baseline = await _measure(base, top, opts)
     top.info(f"baseline on {base.name}: {baseline.text()}")
-    _show_acceptance(top, baseline, None, "fleet, old config")
+    _show_acceptance(top, baseline, None, "fleet")
     if board is not None:
         board.baseline = baseline
     out = RolloutOutcome(True, "", replicas, baseline)

@@ -77,13 +77,16 @@ def _nice_top(value: float) -> float:
 
 
 def legend(series: Series, width: int = 80) -> list[str]:
-    """One line a series: its mark (which column of a pair), label and figures."""
+    """One line a series: which column of a pair it is, its label (cut to fit) and figures."""
     marks = ["left", "right"] if len(series) == 2 else [f"#{i + 1}" for i in range(len(series))]
     out = []
     for i, (label, d) in enumerate(series):
         mark = f"{marks[i]}: " if len(series) > 1 else ""
         of = f", {d.requests} requests" if d.requests != 1 else ""
-        out.append(f"  {mark}{label}: accept length {d.accept_length:.2f}, {d.steps} verify steps{of}"[:width])
+        tail = f": accept length {d.accept_length:.2f} ({d.steps} verify steps{of})"
+        room = max(8, width - 2 - len(mark) - len(tail))
+        name = label if len(label) <= room else label[:room - 1] + "…"
+        out.append(f"  {mark}{name}{tail}"[:width])
     return out
 
 
