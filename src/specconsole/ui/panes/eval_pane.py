@@ -161,7 +161,7 @@ class EvalPane(Vertical):
                 yield table
                 yield Static("", id="eval-legend", classes="eval-hint")
                 # the histogram of accepted drafts and acceptance by draft position (hidden when empty)
-                yield Static("", id="eval-acceptance", markup=False)
+                yield Static("", id="eval-acceptance", classes="-empty", markup=False)
         yield Static("", id="eval-progress")
         yield RichLog(id="eval-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False)
 
@@ -367,7 +367,7 @@ class EvalPane(Vertical):
         server gave no per-request detail; hidden when there is neither."""
         plot = self.query_one("#eval-acceptance", Static)
         series, without = acceptance_series(runs, self._effective_baseline(runs) if len(runs) > 1 else None)
-        lines = acceptance_plot(series, width=min(80, max(40, (plot.size.width or 80)))) if series else \
+        lines = acceptance_plot(series, width=min(80, max(40, plot.size.width or self.size.width - 4))) if series else \
             ([NO_DETAIL] if without else [])
         plot.update("\n".join(lines))
         plot.set_class(not lines, "-empty")

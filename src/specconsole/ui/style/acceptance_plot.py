@@ -77,14 +77,17 @@ def _nice_top(value: float) -> float:
 
 
 def legend(series: Series, width: int = 80) -> list[str]:
-    """One line a series: which column of a pair it is, its label (cut to fit) and figures."""
+    """One line a series: which column of a pair it is, its label and figures, shortened to fit
+    ``width`` (the figures first, then the label, cut with …)."""
     marks = ["left", "right"] if len(series) == 2 else [f"#{i + 1}" for i in range(len(series))]
     out = []
     for i, (label, d) in enumerate(series):
         mark = f"{marks[i]}: " if len(series) > 1 else ""
         of = f", {d.requests} requests" if d.requests != 1 else ""
-        tail = f": accept length {d.accept_length:.2f} ({d.steps} verify steps{of})"
-        room = max(8, width - 2 - len(mark) - len(tail))
+        tails = [f": accept length {d.accept_length:.2f} ({d.steps} verify steps{of})",
+                 f": accept length {d.accept_length:.2f} ({d.steps} steps)", f": {d.accept_length:.2f}/step"]
+        tail = next((t for t in tails if 2 + len(mark) + min(len(label), 12) + len(t) <= width), tails[-1])
+        room = max(4, width - 2 - len(mark) - len(tail))
         name = label if len(label) <= room else label[:room - 1] + "…"
         out.append(f"  {mark}{name}{tail}"[:width])
     return out
