@@ -173,3 +173,20 @@ def test_tally_grows_to_the_longest_histogram() -> None:
     t.add({"spec_accept_histogram": [0, 0, 0, 4]})
     d = t.detail()
     assert d is not None and d.histogram == (1, 0, 0, 4) and d.field == "spec_accept_histogram" and d.positions == 3
+
+
+def test_the_audit_log_keeps_the_figures_and_a_replay_reads_them_back() -> None:
+    from specconsole.base.events import EventLog
+    from specconsole.steps import audit
+    from specconsole.ui.console.replay import _acceptance
+
+    log = EventLog()
+    series = (("serve (canary)", CANARY), ("serve2 (fleet)", FLEET))
+    audit(log)(StepEvent("rollout", "info", "acceptance per verify step: …", step="gate", host="serve",
+                         acceptance=series))
+    (event,) = log.recent
+    assert event.data["acceptance"][0] == {"label": "serve (canary)", **CANARY.to_json()}
+    assert _acceptance(event.data["acceptance"]) == series
+    assert _acceptance(None) == () and _acceptance([{"label": "x", "histogram": "bad"}]) == ()
+    audit(log)(StepEvent("deploy", "info", "no figures"))
+    assert "acceptance" not in log.recent[-1].data  # events without detail are written as before
