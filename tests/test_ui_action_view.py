@@ -135,6 +135,10 @@ async def test_the_smoke_tests_acceptance_plot_is_in_the_action_view_at_80x24(tm
         for line in acceptance_plot([("serve", detail)]):
             assert line in text, line
         assert app.query_one(ActionPanel).track.acceptance == (("serve", detail),)  # type: ignore[union-attr]
+        # the steps stay in view (the latest one included); the plot is below them, for the scroll
+        screen = app.screen_text()
+        assert "✓ smoke test" in screen and "acceptance by draft position" not in screen
+        panel.query_one("#action-scroll", VerticalScroll).scroll_end(animate=False)
         await wait_for(lambda: "acceptance by draft position" in app.screen_text(), 5,
                        what="the plot's last chart scrolled into view", pilot=pilot)
         assert all(len(line) <= 80 for line in app.screen_text().splitlines())

@@ -267,7 +267,8 @@ class ActionPanel(Vertical):
         tall = self.screen.has_class("-tall") if self.is_attached else False
         board = self.board
         steps = self.query_one("#action-steps", Static)
-        # the acceptance plot (the smoke test's, the gate's) below the steps: the scroll holds it
+        # the acceptance plot (the smoke test's, the gate's) below the steps or the board, which stay
+        # in view (the step list is cut to the panel's rows); the scroll holds the rest of the plot
         plot = acceptance_plot(track.acceptance, width=min(80, max(40, steps.size.width or 80))) \
             if track.acceptance else []
         wanted = (len(board.replicas) + 1 if board is not None else len(track.rows)) + max(1, latest_rows) + 3 \
@@ -291,7 +292,8 @@ class ActionPanel(Vertical):
         if track.count != self._shown_count:
             self._shown_count = track.count
             scroll = self.query_one("#action-scroll", VerticalScroll)
-            self.call_after_refresh(scroll.scroll_end, animate=False)
+            # the steps (or the board) stay in view; an acceptance plot is below them, for the scroll
+            self.call_after_refresh(scroll.scroll_home if plot else scroll.scroll_end, animate=False)
 
     @property
     def text(self) -> str:
