@@ -132,11 +132,22 @@ def _audit_log(config: Config, command: str, allow_unaudited: bool) -> EventLog:
     return events
 
 
+def _print_step(event: StepEvent) -> None:
+    """A step event's line; one with acceptance detail (the smoke test's, the gate's, an eval
+    run's) gets its plot below it (80 columns)."""
+    _say(event.line())
+    if event.acceptance:
+        from specconsole.ui.style.acceptance_plot import acceptance_plot
+
+        for line in acceptance_plot(event.acceptance, width=80):
+            _say(line)
+
+
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
-    """Print each step event as it happens and append it to the audit log."""
+    """Print each step event as it happens (:func:`_print_step`) and append it to the audit log."""
     from specconsole.steps import audit
 
-    return audit(events, also=lambda event: _say(event.line()))
+    return audit(events, also=_print_step)
 
 
 async def _connected_host(config: Config, name: str | None, role: str, steps: Steps) -> tuple[HostConfig, Host]:
@@ -388,8 +399,10 @@ def _eval(args: argparse.Namespace) -> int:
     from specconsole.eval.cli import eval_needs_config, run_eval_command
 
     config = load_config(resolve_config_path(args.config)) if eval_needs_config(args) else None
-    emit = _step_printer(EventLog(config.console.audit_log)) if config else None
-    return run_eval_command(args, config, emit=emit)
+    from specconsole.ui.style.acceptance_plot import acceptance_plot
+
+    emit = _step_printer(EventLog(config.console.audit_log)) if config else _print_step
+    return run_eval_command(args, config, emit=emit, plot=acceptance_plot)
 
 
 # --------------------------------------------------------------------------------- main

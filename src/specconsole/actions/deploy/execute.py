@@ -24,6 +24,7 @@ from specconsole.actions.deploy.privilege import ALIVE_SH, agent_python
 from specconsole.base.errors import HostUnavailable
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command
+from specconsole.sglang.acceptance import AcceptanceDetail
 from specconsole.sglang.unit import quote_exec
 from specconsole.steps import HEARTBEAT_S, Steps, shorten
 
@@ -227,6 +228,9 @@ def _relay(steps: Steps, ev: dict[str, Any], host: str) -> None:
         outcome = ev.get("outcome")
         (steps.done if outcome in ("deployed", "in_router") else steps.failed)(message)
         return
+    detail = AcceptanceDetail.from_json({"histogram": ev.get("accept_histogram"), "requests": 1,
+                                         "drafts": ev.get("drafts"), "field": ev.get("histogram_field")}) \
+        if "accept_histogram" in ev else None
     steps.emit(kind if kind in ("command", "result", "heartbeat", "info", "warning", "error") else "info",
                message, command=ev.get("command"), exit_status=ev.get("exit_status"), took_s=ev.get("took_s"),
-               host=host)
+               host=host, acceptance=((host, detail),) if detail is not None else ())

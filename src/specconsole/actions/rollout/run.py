@@ -39,7 +39,15 @@ from specconsole.actions.deploy.preflight import (
     sglang_client,
 )
 from specconsole.actions.rollout.board import Board
-from specconsole.actions.rollout.gate import Figures, GateError, Threshold, Verdict, judge, measure
+from specconsole.actions.rollout.gate import (
+    Figures,
+    GateError,
+    Threshold,
+    Verdict,
+    acceptance_figures,
+    judge,
+    measure,
+)
 from specconsole.actions.rollout.router import Worker, list_workers, same_url
 from specconsole.base.errors import ConfigError, SpecConsoleError
 from specconsole.config import Config, HostConfig, RouterConfig
@@ -128,6 +136,7 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
     top.begin("baseline", f"measuring the gate's {len(opts.prompts)} prompts on {base.name} (not yet changed)")
     baseline = await _measure(base, top, opts)
     top.info(f"baseline on {base.name}: {baseline.text()}")
+    _show_acceptance(top, baseline, None, "fleet")
     if board is not None:
         board.baseline = baseline
     out = RolloutOutcome(True, "", replicas, baseline)
@@ -204,6 +213,8 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
     r.verdict = verdict.line
     shown = f" ({r.figures.text()})" if r.figures else ""
     (steps.info if verdict.passed else steps.error)(f"{r.name}: {verdict.line}{shown}")
+    if r.figures is not None:
+        _show_acceptance(steps, r.figures, baseline, "canary" if canary else "new config")
     if abort.is_set() and verdict.passed:
         verdict = Verdict(False, "aborted by the operator")
     word = "promote" if verdict.passed else f"rollback {verdict.line}"
@@ -287,12 +298,20 @@ async def _router_workers(opts: RolloutOptions, steps: Steps) -> list[Worker]:
     return await steps.watch(list_workers(opts.router.url, opts.router.timeout_s), f"GET {opts.router.url}/workers")
 
 
+def _show_acceptance(steps: Steps, figures: Figures, baseline: Figures | None, role: str) -> None:
+    """The acceptance histogram beside the fleet's (a line the console and the CLI plot), or, once,
+    that the server gives none."""
+    shown = acceptance_figures(figures, baseline, role=role, said=baseline is not None and baseline.no_detail)
+    if shown is not None:
+        steps.emit("info", shown[0], acceptance=shown[1])
+
+
 async def _measure(r: Replica, steps: Steps, opts: RolloutOptions) -> Figures:
     async with await sglang_client(r.host, r.cfg, steps) as client:
         async def generate(text: str, max_new: int) -> dict[str, Any]:
             return await client.generate(text, max_new, 0.0)
 
-        return await steps.watch(measure(generate, opts.prompts),
+        return await steps.watch(measure(generate, opts.prompts, where=r.name),
                                  f"gate prompts on {r.name} ({len(opts.prompts)} prompts)")
 
 

@@ -30,6 +30,7 @@ from specconsole.hosts import Host
 from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 from specconsole.recorder.recording import Recording
 from specconsole.recorder.records import FleetState, step_fields
+from specconsole.sglang.acceptance import AcceptanceDetail
 from specconsole.steps import StepEvent
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.console.app_alerts import ConsoleAlerts
@@ -270,7 +271,7 @@ class ReplayApp(ConsoleApp):
         step = StepEvent(str(data["action"]), data["kind"], message, step=str(data.get("step") or ""),
                          host=event.source if event.source != data["action"] else "", command=data.get("command"),
                          exit_status=data.get("exit_status"), elapsed_s=float(data.get("elapsed_s") or 0.0),
-                         took_s=data.get("took_s"), at=event.at)
+                         took_s=data.get("took_s"), at=event.at, acceptance=_acceptance(data.get("acceptance")))
         panel = self.actions.action_panel
         track = panel.track
         if track is not None and track.action != step.action and not track.finished:
@@ -326,3 +327,15 @@ def run_replay(recording: Recording, *, start: float, speed: float, theme: str |
     app = ReplayApp(fleet, replay_config(fleet.state, str(recording.path)), theme=theme, handle_signals=True)
     result = app.run()
     return int(result) if isinstance(result, int) else 0
+
+
+def _acceptance(raw: object) -> tuple[tuple[str, AcceptanceDetail], ...]:
+    """A recorded step's acceptance series (``audit`` writes ``[{label, histogram, ...}]``)."""
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for item in raw:
+        detail = AcceptanceDetail.from_json(item) if isinstance(item, dict) else None
+        if detail is not None:
+            out.append((str(item.get("label") or ""), detail))
+    return tuple(out)
