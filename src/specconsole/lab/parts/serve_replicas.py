@@ -136,18 +136,8 @@ def start_router(lab: LabView, timeout: float = 120) -> int:
     urls = [worker_url(lab, n) for n in names]
     _wait_healthy(urls, timeout)
     lab.state.router_port = free_port("127.0.0.1")
+    proc = _spawn_router(lab, urls)
     log = lab.dir / "logs" / "router.log"
-    argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-            "--port", str(lab.state.router_port), "--policy", "round_robin", "--log-level", "warn",
-            # the router's own checks: quick enough to see a replica come back, none counted as a failure
-            "--health-check-interval-secs", "2", "--worker-startup-timeout-secs", "120",
-            "--worker-startup-check-interval", "1", "--worker-urls", *urls]
-    with open(log, "ab") as out:
-        proc = spawn(argv, env=lab.env("serve"), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    lab.state.router_pid = proc.pid
-    lab.state.remember(proc.pid)
-    lab.state.save()
-    lab.say(f"router: $ {' '.join(argv[1:])}")
     deadline = time.monotonic() + timeout
     listed: list[str] = []
     while time.monotonic() < deadline:
@@ -160,6 +150,35 @@ def start_router(lab: LabView, timeout: float = 120) -> int:
         time.sleep(0.2)
     raise LabError(f"lab: sglang-router did not list its {len(urls)} workers within {timeout:g}s "
                    f"(it lists {listed}); see {log}")
+
+
+def _spawn_router(lab: LabView, urls: list[str]) -> subprocess.Popen[bytes]:
+    """The router on ``lab.state.router_port`` with ``urls`` on its command line (its metrics on a free
+    port of their own: sglang-router's default 29000 collides between two labs on one machine)."""
+    log = lab.dir / "logs" / "router.log"
+    argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+            "--port", str(lab.state.router_port), "--policy", "round_robin", "--log-level", "warn",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port("127.0.0.1")),
+            # the router's own checks: quick enough to see a replica come back, none counted as a failure
+            "--health-check-interval-secs", "2", "--worker-startup-timeout-secs", "120",
+            "--worker-startup-check-interval", "1", "--worker-urls", *urls]
+    with open(log, "ab") as out:
+        proc = spawn(argv, env=lab.env("serve"), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    lab.state.router_pid = proc.pid
+    lab.state.remember(proc.pid)
+    lab.state.save()
+    lab.say(f"router: $ {' '.join(argv[1:])}")
+    return proc
+
+
+def restart_router(lab: LabView, down_s: float = 0.0) -> int:
+    """Stop the router and start it again on the same port with the same command line (as a crashed
+    or upgraded router comes back), ``down_s`` later; not waiting for its workers: a restarted
+    router lists each worker once it answers /health (also one a rollout holds out)."""
+    stop_router(lab)
+    time.sleep(down_s)
+    proc = _spawn_router(lab, [worker_url(lab, n) for n in replica_names(lab.options.serve)])
+    return proc.pid
 
 
 def router_workers(lab: LabView) -> list[str]:
