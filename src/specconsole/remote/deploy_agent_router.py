@@ -271,9 +271,12 @@ class RouterLink:
     def finish(self, rc: int, outcome: str) -> int:
         """After the deploy's final event: hold for the verdict (a deployed replica), then put it
         back unless it does not serve. Returns the exit status."""
-        if not self.removed:
-            return rc
         a = self.agent
+        if not self.removed:  # never taken out (the lock or the router refused): it stays where it was
+            self.release()
+            a.emit("final", f"{self.worker} was not taken out of the router {self.url}; nothing to put back",
+                   outcome="in_router", phase="router", verdict="")
+            return rc
         if outcome == "deployed" and self.cfg.get("hold"):
             verdict = self.verdict = self.wait_verdict()
             if verdict.startswith("rollback"):

@@ -1,0 +1,398 @@
+"""The rollout under what real fleets do to it (issue 36, items 1-3), on a lab of 3 replicas behind the
+real sglang-router 0.3.2, real sshd, the real host agents and the simulator; one lab for the module.
+
+- router faults: the router restarted while the canary is held out (a restarted router re-adds the
+  workers on its command line), a worker the router already dropped, ``/workers`` answering 5xx
+  (a fault proxy in front of the router: :mod:`specconsole.lab.testing.router_proxy`);
+- SSH drops: the sshd session of the replica being drained, and of the canary during its wait;
+- the console killed -9 mid-rollout: the journal, ``status``, ``deploy --resume`` and ``--undo``, and
+  the deploy lock held through the hold (the lock gap).
+
+Each test ends with every replica in the router, each on one config (asserted), and starts from what
+the one before left (it reads the window first)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import running_lab, wait_for
+from specconsole.actions.deploy.preflight import DeployRequest
+from specconsole.actions.rollout import run as rollout
+from specconsole.actions.rollout.journal import Journal, unfinished
+from specconsole.config import load_config
+from specconsole.eval.suite import gate_prompts
+from specconsole.hosts.ssh import SshHost
+from specconsole.lab.parts import serve_replicas
+from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.lab.testing.router_load import RouterLoad
+from specconsole.lab.testing.router_proxy import RouterProxy
+from specconsole.steps import StepEvent
+
+pytestmark = pytest.mark.xdist_group("rollout-faults-lab")
+NAMES = ["serve", "serve2", "serve3"]
+GATE = "accept_len>=0.95*baseline"
+
+
+def _ready(lab: Lab) -> None:
+    text = lab.config_path.read_text()
+    assert "\n[router]\n" in text and f"state_dir = {json.dumps(str(state_dir(lab)))}" in text
+    lab.config_path.write_text(text.replace("\n[router]\n", f"\n[router]\ngate = {json.dumps(GATE)}\n"))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, lab_parts: None) -> Iterator[Lab]:
+    yield from running_lab(tmp_path_factory.mktemp("rollout-faults") / "lab",
+                           LabOptions(trainer=False, serve=3, sglang_startup_s=1.0, sglang_load_rps=0,
+                                      sglang_step_ms=2.0), _ready)
+
+
+def info(lab: Lab, name: str) -> dict[str, Any]:
+    with urllib.request.urlopen(serve_replicas.worker_url(lab, name) + "/server_info", timeout=5) as r:
+        return dict(json.loads(r.read()))
+
+
+def windows(lab: Lab) -> dict[str, int]:
+    return {n: int(info(lab, n)["speculative_draft_window_size"]) for n in NAMES}
+
+
+def in_router(lab: Lab) -> list[str]:
+    return sorted(serve_replicas.router_workers(lab))
+
+
+def all_urls(lab: Lab) -> list[str]:
+    return sorted(serve_replicas.worker_url(lab, n) for n in NAMES)
+
+
+def state_dir(lab: Lab) -> Path:
+    return lab.dir / "console-state"
+
+
+async def run(lab: Lab, request: DeployRequest, on_event: Callable[[StepEvent], None] | None = None, *,
+              router_url: str | None = None, router_wait_s: float | None = None, canary_wait_s: float | None = None,
+              drain_timeout_s: float | None = None) -> tuple[rollout.RolloutOutcome, list[StepEvent]]:
+    config = load_config(lab.config_path)
+    chosen = rollout.select(config, "serve*")
+    opts = rollout.options(config, request, gate=None, canary_wait_s=canary_wait_s, drain_timeout_s=drain_timeout_s,
+                           operator="test", gate_prompts=gate_prompts)
+    if router_url is not None:
+        from dataclasses import replace
+
+        opts.router = replace(opts.router, url=router_url)
+    if router_wait_s is not None:
+        opts.router_wait_s = router_wait_s
+    hosts = [SshHost(c) for c in chosen]
+    events: list[StepEvent] = []
+
+    def emit(e: StepEvent) -> None:
+        events.append(e)
+        if on_event is not None:
+            on_event(e)
+
+    try:
+        for h in hosts:
+            await h.start()
+        for h in hosts:
+            assert await h.wait_connected(15)
+        out = await rollout.rollout([rollout.Replica(c, h) for c, h in zip(chosen, hosts, strict=True)], opts,
+                                    emit, asyncio.Event())
+    finally:
+        for h in hosts:
+            await h.close()
+    return out, events
+
+
+def text(events: list[StepEvent]) -> str:
+    """The events as lines (also left in $TMPDIR/rollout-faults-last.log to read after a failure)."""
+    out = "\n".join(f"{e.at:.2f} {e.line()}" for e in events)
+    with contextlib.suppress(OSError):
+        Path(tempfile.gettempdir(), "rollout-faults-last.log").write_text(out)
+    return out
+
+
+def settled(lab: Lab) -> None:
+    """Every replica in the router (healthy), each on one config."""
+    assert wait_for(lambda: in_router(lab) == all_urls(lab), 30, step=0.2), in_router(lab)
+
+
+# ------------------------------------------------------------------------------------------ router faults
+
+async def test_router_restarted_while_the_canary_is_held_keeps_it_out_and_ends_in_the_router(fleet: Lab) -> None:
+    """The router restarts (same port, same command line) while the canary is held out for the gate: the
+    restarted router re-adds every worker on its command line that answers /health, the held canary
+    too; its agent says the router went and came back and takes the canary out again at once."""
+    before = windows(fleet)
+    serve = serve_replicas.worker_url(fleet, "serve")
+    seen: dict[str, Any] = {}
+
+    def on_event(e: StepEvent) -> None:
+        # the console's gate on the canary: the agent holds it out; restart the router meanwhile (the console
+        # waits here: the agent on the host goes on alone, as it would under a slow gate)
+        if e.host == "serve" and e.kind == "step" and e.step == "gate" and "restarted" not in seen:
+            seen["restarted"] = serve_replicas.restart_router(fleet, down_s=1.0)
+            # the restarted router answers with the two others; the canary listed for at most the guard's second
+            seen["others back"] = bool(wait_for(lambda: len(in_router(fleet)) >= 2, 30, step=0.05))
+            listed, end = 0, time.monotonic() + 6
+            while time.monotonic() < end:
+                listed += serve in in_router(fleet)
+                time.sleep(0.05)
+            seen["listed samples"] = listed
+
+    out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event,
+                            drain_timeout_s=60)
+    lines = text(events)
+    assert seen.get("others back"), (seen, lines)
+    assert seen["listed samples"] <= 30, seen   # <= 1.5 s of the 6 s: the guard reads the router every second
+    assert out.ok, lines
+    mine = [e for e in events if e.host == "serve"]
+    assert any("stopped answering GET /workers" in e.message for e in mine), lines
+    assert any("answers again" in e.message for e in mine), lines
+    # the restarted router had re-added it (under a new worker id), and the guard took it out again
+    again = [e for e in mine if "again while it is out" in e.message and serve in e.message]
+    assert again, lines
+    deletes = [e.message for e in mine if e.kind == "command" and e.message.startswith("DELETE ")]
+    assert len(deletes) >= 2 and len(set(deletes)) == len(deletes), deletes
+    assert [r.state for r in out.replicas] == ["promoted"] * 3
+    assert set(windows(fleet).values()) == {before["serve"] + 8}
+    settled(fleet)
+
+
+async def test_a_worker_the_router_already_dropped_is_said_and_put_back(fleet: Lab) -> None:
+    before = windows(fleet)
+    serve2 = serve_replicas.worker_url(fleet, "serve2")
+    dropped: list[bool] = []
+
+    def on_event(e: StepEvent) -> None:
+        if e.host == "serve" and e.kind == "step" and e.step == "gate" and not dropped:
+            with urllib.request.urlopen(serve_replicas.router_url(fleet) + "/workers", timeout=5) as r:
+                wid = next(w["id"] for w in json.loads(r.read())["workers"] if w["url"] == serve2)
+            req = urllib.request.Request(f"{serve_replicas.router_url(fleet)}/workers/{wid}", method="DELETE")
+            urllib.request.urlopen(req, timeout=5).close()
+            dropped.append(bool(wait_for(lambda: serve2 not in in_router(fleet), 15, step=0.1)))
+
+    out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event)
+    lines = text(events)
+    assert dropped == [True]
+    assert out.ok, lines
+    assert any(e.host == "serve2" and e.kind == "warning" and "does not list" in e.message
+               and "dropped it already" in e.message for e in events), lines
+    assert set(windows(fleet).values()) == {before["serve"] + 8}
+    settled(fleet)
+
+
+async def test_workers_answering_503_for_a_while_is_retried_and_the_rollout_goes_on(fleet: Lab) -> None:
+    before = windows(fleet)
+    with RouterProxy(serve_replicas.router_url(fleet)) as proxy:
+        def on_event(e: StepEvent) -> None:
+            if e.host == "serve2" and e.kind == "step" and e.step == "preflight" and proxy.fail_workers is None:
+                proxy.fail_workers = 503
+                threading.Timer(3.0, lambda: setattr(proxy, "fail_workers", None)).start()
+
+        out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event,
+                                router_url=proxy.url)
+    lines = text(events)
+    assert any(status == 503 for _, _, status in proxy.seen)
+    assert out.ok, lines
+    assert any(e.host == "serve2" and e.kind == "warning" and "answered GET /workers with HTTP 503" in e.message
+               for e in events), lines
+    assert any(e.host == "serve2" and "answers GET /workers again" in e.message for e in events), lines
+    assert set(windows(fleet).values()) == {before["serve"] + 8}
+    settled(fleet)
+
+
+async def test_workers_answering_503_for_good_halts_with_one_line_and_rolls_the_canary_back(fleet: Lab) -> None:
+    """Persistent 503 from the second replica on: its agent changes nothing (one line says why), the rollout
+    halts and rolls the promoted canary back once the router answers again."""
+    before = windows(fleet)
+    with RouterProxy(serve_replicas.router_url(fleet)) as proxy:
+        def on_event(e: StepEvent) -> None:
+            if e.host == "serve2" and e.kind == "step" and e.step == "preflight":
+                proxy.fail_workers = 503
+            if e.step == "halt" and e.kind == "step":
+                proxy.fail_workers = None
+
+        out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event,
+                                router_url=proxy.url, router_wait_s=2.0)
+    lines = text(events)
+    assert not out.ok
+    assert "HTTP 503" in out.message and "nothing was changed" in out.message, out.message
+    assert [r.state for r in out.replicas] == ["rolled back", "failed", "untouched"], lines
+    assert not out.replicas[1].changed
+    after = windows(fleet)
+    assert after == before
+    settled(fleet)
+
+
+# ------------------------------------------------------------------------------------------ SSH drops
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def drop_sessions(lab: Lab, name: str) -> int:
+    """Kill every SSH session process of ``name``'s sshd (not the listener): the console's connection
+    is really gone; the listener takes the reconnect (as test_deploy_faults does for one host)."""
+    listener = lab.state.hosts[name].sshd_pid
+    assert listener
+    killed = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == listener:
+            continue
+        try:
+            pid, comm = int(d.name), (d / "comm").read_text().strip()
+            p = _ppid(pid)
+            while p > 1 and p != listener:
+                p = _ppid(p)
+        except (OSError, ValueError, IndexError):
+            continue
+        if p == listener and comm.startswith("sshd"):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+def _said_within(events: list[StepEvent], host: str, at: float) -> float:
+    said = next(e.at for e in events if e.host == host and e.kind == "warning" and e.at >= at
+                and ("dropped" in e.message or "lost the connection" in e.message))
+    return said - at
+
+
+async def test_ssh_drop_of_the_replica_being_drained_is_said_and_the_rollout_ends_all_promoted(fleet: Lab) -> None:
+    before = windows(fleet)
+    kills: list[tuple[float, int]] = []
+
+    def on_event(e: StepEvent) -> None:
+        if e.host == "serve2" and e.kind == "step" and e.step == "drain" and not kills:
+            t = time.time()
+            kills.append((t, drop_sessions(fleet, "serve2")))
+
+    with RouterLoad(serve_replicas.router_url(fleet), concurrency=2) as load:
+        out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event)
+        stats = load.stop()
+    lines = text(events)
+    assert kills and kills[0][1] > 0, kills
+    assert _said_within(events, "serve2", kills[0][0]) <= 1.0, lines
+    assert any(e.host == "serve2" and "SSH connection to serve2 is back" in e.message for e in events), lines
+    assert any(e.host == "serve2" and "re-attaching" in e.message for e in events), lines
+    assert out.ok, lines
+    assert stats.failed == 0, stats.line()
+    assert set(windows(fleet).values()) == {before["serve"] + 8}
+    settled(fleet)
+
+
+async def test_ssh_drop_of_the_canary_during_its_wait_is_said_and_the_wait_reads_it_again(fleet: Lab) -> None:
+    before = windows(fleet)
+    kills: list[float] = []
+
+    def on_event(e: StepEvent) -> None:
+        if e.step == "canary wait" and e.kind == "heartbeat" and not kills:
+            kills.append(time.time())
+            assert drop_sessions(fleet, "serve") > 0
+
+    out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event,
+                            canary_wait_s=6.0)
+    lines = text(events)
+    assert kills
+    assert _said_within(events, "serve", kills[0]) <= 1.0, lines
+    assert any(e.host == "serve" and "SSH connection to serve is back" in e.message for e in events), lines
+    beats = [e for e in events if e.step == "canary wait" and e.kind == "heartbeat" and e.at > kills[0]]
+    assert any("tok/s" in b.message and "/metrics:" not in b.message for b in beats), lines  # read again after
+    assert out.ok, lines
+    assert set(windows(fleet).values()) == {before["serve"] + 8}
+    settled(fleet)
+
+
+# ------------------------------------------------------------------------------------------ console kill -9
+
+def _deploy(lab: Lab, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "specconsole", "deploy", "--config", str(lab.config_path),
+                             "--yes", "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_at(proc: subprocess.Popen[str], hit: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        ev = json.loads(line)
+        seen.append(ev)
+        if hit(ev):
+            proc.kill()
+            break
+    proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL, seen[-5:]
+    return seen
+
+
+def _events(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, list[dict[str, Any]], str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")], err
+
+
+def test_console_killed_while_the_canary_is_held_resume_finishes_it(fleet: Lab) -> None:
+    """kill -9 while the canary is held for the gate: the agent keeps its deploy lock through the hold (no
+    other deploy can start), puts the canary back after the drain timeout on the new config, unjudged;
+    ``status`` names the unfinished rollout; ``deploy --resume`` follows what is left, gates the canary
+    now and rolls the rest out: all three on the new config, in the router."""
+    before = windows(fleet)
+    new = before["serve"] + 8
+    proc = _deploy(fleet, "--hosts", "serve*", "--draft-window", str(new), "--drain-timeout", "8")
+    _kill_at(proc, lambda ev: ev["host"] == "serve" and ev["step"] == "gate")
+    # the lock gap: during the hold the lock is still the agent's (it was released before the hold before)
+    lock = serve_replicas.unit_path(fleet, "serve").parent / "sglang.service.d" / ".specconsole" / "deploy.lock"
+    held = json.loads(lock.read_text()) if lock.exists() else {}
+    assert held.get("pid") and Path(f"/proc/{held['pid']}").exists(), (lock, held)
+    assert serve_replicas.worker_url(fleet, "serve") not in in_router(fleet)
+    journal, = unfinished(state_dir(fleet))
+    assert [(r.name, r.state, r.changed) for r in journal.replicas] == [
+        ("serve", "gating", True), ("serve2", "waiting", False), ("serve3", "waiting", False)]
+    assert journal.replicas[0].workdir and journal.baseline
+    status = subprocess.run([sys.executable, "-m", "specconsole", "status", "--config", str(fleet.config_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert f"rollout {journal.id}" in status.stdout and "serve: gating (new config)" in status.stdout, status.stdout
+    assert f"deploy --resume {journal.id}" in status.stdout
+    rc, events, err = _events(_deploy(fleet, "--resume"))
+    lines = "\n".join(f"{e['host']} {e['step']}: {e['message']}" for e in events)
+    assert rc == 0, (err, lines)
+    assert any(e["host"] == "serve" and "not judged" in e["message"] for e in events), lines
+    assert any(e["host"] == "serve" and e["step"] == "gate" and e["kind"] == "step" for e in events), lines
+    assert windows(fleet) == dict.fromkeys(NAMES, new)
+    done = Journal.load(journal.path)
+    assert done.ended and done.ended["ok"] and not unfinished(state_dir(fleet))
+    settled(fleet)
+
+
+def test_console_killed_while_the_second_replica_deploys_resume_undo_rolls_both_back(fleet: Lab) -> None:
+    before = windows(fleet)
+    proc = _deploy(fleet, "--hosts", "serve*", "--draft-window", str(before["serve"] + 8), "--drain-timeout", "8")
+    _kill_at(proc, lambda ev: ev["host"] == "serve2" and ev["step"] == "restart")
+    journal, = unfinished(state_dir(fleet))
+    assert [r.state for r in journal.replicas] == ["promoted", "deploying", "waiting"]
+    rc, events, err = _events(_deploy(fleet, "--resume", journal.id, "--undo"))
+    lines = "\n".join(f"{e['host']} {e['step']}: {e['message']}" for e in events)
+    assert rc == 0, (err, lines)
+    rolled = {e["host"] for e in events if e["step"] == "roll back" and e["kind"] == "step"}
+    assert rolled == {"serve", "serve2"}, lines
+    assert windows(fleet) == before
+    assert not [e for e in events if e["host"] == "serve3" and e["kind"] == "command"]
+    settled(fleet)
+
+
+def test_resume_with_nothing_to_resume_is_one_line(fleet: Lab) -> None:
+    res = subprocess.run([sys.executable, "-m", "specconsole", "deploy", "--config", str(fleet.config_path), "--resume",
+                          "--yes"], capture_output=True, text=True, timeout=60)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and "no unfinished rollout" in err[0], res.stderr
