@@ -339,7 +339,11 @@ def _kill_at(proc: subprocess.Popen[str], hit: Callable[[dict[str, Any]], bool])
 
 def _events(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, list[dict[str, Any]], str]:
     out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")], err
+    events = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    with contextlib.suppress(OSError):
+        Path(tempfile.gettempdir(), "rollout-faults-last.log").write_text(
+            "\n".join(f"{e['host']} {e['step']}: {e['kind']}: {e['message']}" for e in events) + "\n" + err)
+    return proc.returncode, events, err
 
 
 def test_console_killed_while_the_canary_is_held_resume_finishes_it(fleet: Lab) -> None:

@@ -76,14 +76,16 @@ async def _what_the_agent_did(r: run.Replica, emit: Emit) -> None:
         run.say_state(r, steps, "unchanged")
         return
     router_final = next((e for e in finals if e.get("phase") == "router"), None)
-    if router_final is None:  # a rollout's agent always ends with one
-        last = max(int(e.get("seq", 0)) for e in events)
+    if router_final is None:  # a rollout's agent always ends with one: follow it there (its deploy's final first)
         steps.info(f"{r.name}: its agent has not finished (last: {events[-1].get('message', '')[:100]}); "
                    "following it to its end")
-        more = await follow(r.host, r.workdir, steps, after=last)
+    while router_final is None:
+        more = await follow(r.host, r.workdir, steps, after=max(int(e.get("seq", 0)) for e in events))
         events += more.events
         finals = [e for e in events if e.get("kind") == "final"]
         router_final = next((e for e in finals if e.get("phase") == "router"), None)
+        if more.outcome == "crashed" and router_final is None:
+            break
     deploy_final = next((e for e in finals if e.get("phase") != "router"), None)
     outcome = str((deploy_final or {}).get("outcome", "crashed"))
     verdict = str((router_final or {}).get("verdict", ""))

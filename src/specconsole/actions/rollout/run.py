@@ -391,7 +391,9 @@ async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyn
                 figures = (f"{m.gen_throughput or 0:.0f} tok/s, accept {m.spec_accept_length or 0:.2f}, "
                            f"{m.running_reqs or 0} running")
             except (SpecConsoleError, TimeoutError) as err:
-                figures = f"/metrics: {first_line(err)}"
+                tunnel_gone = not r.host.status.up and r.cfg.sglang is not None and r.cfg.sglang.tunnel
+                figures = ("no reading: the SSH tunnel went with the connection; reading again once it is back"
+                           if tunnel_gone else f"/metrics: {first_line(err)}")
                 if client is not None:
                     await client.aclose()
                 client = None
