@@ -173,11 +173,17 @@ class RouterLink:
 
         def gone() -> tuple[bool, str]:
             now = self.listed()
-            if now and time.monotonic() > again[0]:  # the removal was lost (a router restarted meanwhile)
-                a.emit("warning", f"the router still lists {self.worker} 5s after its removal; removing it again")
-                self.delete(now, None)
+            live = [w for w in now or [] if w.get("is_healthy", True)]
+            if live and time.monotonic() > again[0]:  # the removal was lost (a router restarted meanwhile)
+                a.emit("warning", f"the router still lists {self.worker} healthy 5s after its removal; removing it "
+                       "again")
+                self.delete(live, None)
                 again[0] = time.monotonic() + 5.0
-            return now == [], "the router still lists it" if now else f"the router answers {self.problem}"
+            if now is None:
+                return False, f"the router answers {self.problem}"
+            # smg lists a removed worker unhealthy (no requests) for a few seconds before it drops it
+            return now == [], ("the router still lists it" if live else
+                               "the router lists it unhealthy (its removal in progress)") if now else ""
 
         if not self._until("waiting for the router to drop the worker", gone, ROUTER_JOB_S):
             raise failed(f"the router still lists {self.worker} {ROUTER_JOB_S:g}s after its removal")
@@ -239,10 +245,11 @@ class RouterLink:
                 a.emit("info", f"the router {self.url} answers again after {time.monotonic() - down_since:.1f}s "
                        "(restarted?)")
                 down_since = None
-            if now:
+            live = [w for w in now or [] if w.get("is_healthy", True)]  # an unhealthy entry gets no requests
+            if live:
                 a.emit("warning", f"the router lists {self.worker} again while it is out (a restarted router "
                        "re-adds the workers on its command line); taking it out again")
-                self.delete(now, None)
+                self.delete(live, None)
             self._guarding.wait(GUARD_S)
 
     def drain(self) -> None:

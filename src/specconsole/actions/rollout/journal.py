@@ -110,8 +110,8 @@ class Journal:
 
     @property
     def running(self) -> bool:
-        """Its console still runs (the pid is alive and this is not that console)."""
-        return self.ended is None and self.pid != os.getpid() and _alive(self.pid)
+        """Its console still runs (this one included)."""
+        return self.ended is None and (self.pid == os.getpid() or _alive(self.pid))
 
     @property
     def unfinished(self) -> bool:
