@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.testing.router_load import RouterLoad
 from specconsole.lab.testing.router_proxy import RouterProxy
 from specconsole.steps import StepEvent
+from test_deploy_faults import drop_sessions
 
 pytestmark = pytest.mark.xdist_group("rollout-faults-lab")
 NAMES = ["serve", "serve2", "serve3"]
@@ -238,32 +238,6 @@ async def test_workers_answering_503_for_good_halts_with_one_line_and_rolls_the_
 
 
 # ------------------------------------------------------------------------------------------ SSH drops
-
-def _ppid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def drop_sessions(lab: Lab, name: str) -> int:
-    """Kill every SSH session process of ``name``'s sshd (not the listener): the console's connection
-    is really gone; the listener takes the reconnect (as test_deploy_faults does for one host)."""
-    listener = lab.state.hosts[name].sshd_pid
-    assert listener
-    killed = 0
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == listener:
-            continue
-        try:
-            pid, comm = int(d.name), (d / "comm").read_text().strip()
-            p = _ppid(pid)
-            while p > 1 and p != listener:
-                p = _ppid(p)
-        except (OSError, ValueError, IndexError):
-            continue
-        if p == listener and comm.startswith("sshd"):
-            os.kill(pid, signal.SIGKILL)
-            killed += 1
-    return killed
-
 
 def _said_within(events: list[StepEvent], host: str, at: float) -> float:
     said = next(e.at for e in events if e.host == host and e.kind == "warning" and e.at >= at
