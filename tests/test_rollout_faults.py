@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,13 @@ from conftest import running_lab, wait_for
 from specconsole.actions.deploy.preflight import DeployRequest
 from specconsole.actions.rollout import run as rollout
 from specconsole.actions.rollout.journal import Journal, unfinished
-from specconsole.config import load_config
-from specconsole.eval.suite import gate_prompts
-from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts import serve_replicas
 from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.testing.router_load import RouterLoad
 from specconsole.lab.testing.router_proxy import RouterProxy
 from specconsole.steps import StepEvent
 from test_deploy_faults import drop_sessions
+from test_rollout import run as rollout_run
 
 pytestmark = pytest.mark.xdist_group("rollout-faults-lab")
 NAMES = ["serve", "serve2", "serve3"]
@@ -85,35 +84,19 @@ def state_dir(lab: Lab) -> Path:
 async def run(lab: Lab, request: DeployRequest, on_event: Callable[[StepEvent], None] | None = None, *,
               router_url: str | None = None, router_wait_s: float | None = None, canary_wait_s: float | None = None,
               drain_timeout_s: float | None = None) -> tuple[rollout.RolloutOutcome, list[StepEvent]]:
-    config = load_config(lab.config_path)
-    chosen = rollout.select(config, "serve*")
-    opts = rollout.options(config, request, gate=None, canary_wait_s=canary_wait_s, drain_timeout_s=drain_timeout_s,
-                           operator="test", gate_prompts=gate_prompts)
-    if router_url is not None:
-        from dataclasses import replace
+    """test_rollout's run, with the router's URL (a fault proxy's) and the agent's router patience."""
+    def tweak(opts: rollout.RolloutOptions) -> None:
+        if router_url is not None:
+            opts.router = replace(opts.router, url=router_url)
+        if router_wait_s is not None:
+            opts.router_wait_s = router_wait_s
 
-        opts.router = replace(opts.router, url=router_url)
-    if router_wait_s is not None:
-        opts.router_wait_s = router_wait_s
-    hosts = [SshHost(c) for c in chosen]
-    events: list[StepEvent] = []
-
-    def emit(e: StepEvent) -> None:
-        events.append(e)
+    def each(e: StepEvent, _abort: asyncio.Event) -> None:
         if on_event is not None:
             on_event(e)
 
-    try:
-        for h in hosts:
-            await h.start()
-        for h in hosts:
-            assert await h.wait_connected(15)
-        out = await rollout.rollout([rollout.Replica(c, h) for c, h in zip(chosen, hosts, strict=True)], opts,
-                                    emit, asyncio.Event())
-    finally:
-        for h in hosts:
-            await h.close()
-    return out, events
+    return await rollout_run(lab, request, on_event=each, canary_wait_s=canary_wait_s,
+                             drain_timeout_s=drain_timeout_s, tweak=tweak)
 
 
 def text(events: list[StepEvent]) -> str:
@@ -124,9 +107,41 @@ def text(events: list[StepEvent]) -> str:
     return out
 
 
+def router_entries(lab: Lab) -> list[dict[str, Any]]:
+    """The router's worker entries (empty while it does not answer)."""
+    try:
+        with urllib.request.urlopen(serve_replicas.router_url(lab) + "/workers", timeout=2) as r:
+            return list(json.loads(r.read())["workers"])
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def restart_router_while_held(lab: Lab, seen: dict[str, Any]) -> Callable[[StepEvent], None]:
+    """An ``on_event`` that restarts the router (same port, same command line) when the console begins the
+    canary's gate, the agent holding it out; the console waits here while the agent on the host goes on
+    alone (as under a slow gate). ``seen``: whether the two others came back, and in how many of 120
+    samples over 6 s the router listed the canary healthy (an unhealthy entry gets no requests)."""
+    serve = serve_replicas.worker_url(lab, "serve")
+
+    def on_event(e: StepEvent) -> None:
+        if e.host == "serve" and e.kind == "step" and e.step == "gate" and "restarted" not in seen:
+            seen["restarted"] = serve_replicas.restart_router(lab, down_s=1.0)
+            seen["others back"] = bool(wait_for(lambda: len(in_router(lab)) >= 2, 30, step=0.05))
+            listed, end = 0, time.monotonic() + 6
+            while time.monotonic() < end:
+                listed += any(w.get("url") == serve and w.get("is_healthy", True) for w in router_entries(lab))
+                time.sleep(0.05)
+            seen["listed samples"] = listed
+
+    return on_event
+
+
 def settled(lab: Lab) -> None:
-    """Every replica in the router (healthy), each on one config."""
-    assert wait_for(lambda: in_router(lab) == all_urls(lab), 30, step=0.2), in_router(lab)
+    """Every replica listed by the router once, healthy (each test also checks what each one serves)."""
+    def healthy() -> list[str]:
+        return sorted(str(w.get("url")) for w in router_entries(lab) if w.get("is_healthy", True))
+
+    assert wait_for(lambda: healthy() == all_urls(lab), 30, step=0.2), router_entries(lab)
 
 
 # ------------------------------------------------------------------------------------------ router faults
@@ -138,20 +153,7 @@ async def test_router_restarted_while_the_canary_is_held_keeps_it_out_and_ends_i
     before = windows(fleet)
     serve = serve_replicas.worker_url(fleet, "serve")
     seen: dict[str, Any] = {}
-
-    def on_event(e: StepEvent) -> None:
-        # the console's gate on the canary: the agent holds it out; restart the router meanwhile (the console
-        # waits here: the agent on the host goes on alone, as it would under a slow gate)
-        if e.host == "serve" and e.kind == "step" and e.step == "gate" and "restarted" not in seen:
-            seen["restarted"] = serve_replicas.restart_router(fleet, down_s=1.0)
-            # the restarted router answers with the two others; the canary listed for at most the guard's second
-            seen["others back"] = bool(wait_for(lambda: len(in_router(fleet)) >= 2, 30, step=0.05))
-            listed, end = 0, time.monotonic() + 6
-            while time.monotonic() < end:
-                listed += serve in in_router(fleet)
-                time.sleep(0.05)
-            seen["listed samples"] = listed
-
+    on_event = restart_router_while_held(fleet, seen)
     out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event,
                             drain_timeout_s=60)
     lines = text(events)

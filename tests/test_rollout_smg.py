@@ -6,7 +6,6 @@ restarted gateway while the canary is held."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +13,12 @@ from typing import Any
 
 import pytest
 
-from conftest import running_lab, wait_for
+from conftest import running_lab
 from specconsole.actions.deploy.preflight import DeployRequest
 from specconsole.lab.parts import serve_replicas
 from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.testing.router_load import RouterLoad
-from specconsole.steps import StepEvent
-from test_rollout_faults import NAMES, _ready, all_urls, in_router, run, settled, text, windows
+from test_rollout_faults import NAMES, _ready, all_urls, restart_router_while_held, run, settled, text, windows
 
 pytestmark = pytest.mark.xdist_group("rollout-smg-lab")
 
@@ -74,19 +72,8 @@ async def test_rollout_behind_smg_promotes_all_three_under_load(gateway: Lab) ->
 
 async def test_smg_restarted_while_the_canary_is_held_keeps_it_out(gateway: Lab) -> None:
     before = windows(gateway)
-    serve = serve_replicas.worker_url(gateway, "serve")
     seen: dict[str, Any] = {}
-
-    def on_event(e: StepEvent) -> None:
-        if e.host == "serve" and e.kind == "step" and e.step == "gate" and "restarted" not in seen:
-            seen["restarted"] = serve_replicas.restart_router(gateway, down_s=1.0)
-            seen["others back"] = bool(wait_for(lambda: len(in_router(gateway)) >= 2, 30, step=0.05))
-            listed, end = 0, time.monotonic() + 6
-            while time.monotonic() < end:
-                listed += any(w["url"] == serve and w.get("is_healthy") for w in _safe_workers(gateway))
-                time.sleep(0.05)
-            seen["listed samples"] = listed
-
+    on_event = restart_router_while_held(gateway, seen)
     out, events = await run(gateway, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event,
                             drain_timeout_s=60)
     lines = text(events)
@@ -96,10 +83,3 @@ async def test_smg_restarted_while_the_canary_is_held_keeps_it_out(gateway: Lab)
     assert any(e.host == "serve" and "again while it is out" in e.message for e in events), lines
     assert windows(gateway) == dict.fromkeys(NAMES, before["serve"] + 8)
     settled(gateway)
-
-
-def _safe_workers(lab: Lab) -> list[dict[str, Any]]:
-    try:
-        return workers(lab)
-    except OSError:
-        return []
