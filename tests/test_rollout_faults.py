@@ -158,6 +158,7 @@ async def test_router_restarted_while_the_canary_is_held_keeps_it_out_and_ends_i
                             drain_timeout_s=60)
     lines = text(events)
     assert seen.get("others back"), (seen, lines)
+    figure(f"router restarted while held: canary listed healthy in {seen['listed samples']} of 120 samples over 6s")
     assert seen["listed samples"] <= 30, seen   # <= 1.5 s of the 6 s: the guard reads the router every second
     assert out.ok, lines
     mine = [e for e in events if e.host == "serve"]
@@ -244,7 +245,16 @@ async def test_workers_answering_503_for_good_halts_with_one_line_and_rolls_the_
 def _said_within(events: list[StepEvent], host: str, at: float) -> float:
     said = next(e.at for e in events if e.host == host and e.kind == "warning" and e.at >= at
                 and ("dropped" in e.message or "lost the connection" in e.message))
+    back = next((e.at for e in events if e.host == host and e.at >= at and "is back" in e.message), None)
+    figure(f"SSH drop of {host}: said after {said - at:.2f}s, reconnected after "
+           f"{back - at if back is not None else float('nan'):.2f}s")
     return said - at
+
+
+def figure(line: str) -> None:
+    """A measured figure, appended to $TMPDIR/rollout-faults-figures.txt (the report's numbers)."""
+    with contextlib.suppress(OSError), open(Path(tempfile.gettempdir(), "rollout-faults-figures.txt"), "a") as f:
+        f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
 
 async def test_ssh_drop_of_the_replica_being_drained_is_said_and_the_rollout_ends_all_promoted(fleet: Lab) -> None:
