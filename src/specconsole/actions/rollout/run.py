@@ -51,7 +51,7 @@ from specconsole.actions.rollout.journal import Journal
 from specconsole.actions.rollout.router import Worker, list_workers, same_url
 from specconsole.base.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.config import Config, HostConfig, RouterConfig
-from specconsole.hosts import Host
+from specconsole.hosts import CommandResult, Host
 from specconsole.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 
 
@@ -295,7 +295,8 @@ async def _preflight(r: Replica, opts: RolloutOptions, steps: Steps, canary: boo
                             what="the rollout waits; nothing on the host was changed yet")
 
 
-async def _write_verdict(r: Replica, plan: DeployPlan, steps: Steps, word: str, opts: RolloutOptions) -> Any:
+async def _write_verdict(r: Replica, plan: DeployPlan, steps: Steps, word: str,
+                         opts: RolloutOptions) -> CommandResult:
     """The verdict into the agent's ``verdict`` file (temp file + rename: repeated after a drop). A host
     that stays away past the hold: the agent puts the replica back as it is and the rollout sees it."""
     cmd = ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh", f"{plan.workdir}/verdict"]
@@ -303,8 +304,6 @@ async def _write_verdict(r: Replica, plan: DeployPlan, steps: Steps, word: str, 
         return await asyncio.wait_for(run_reattaching(r.host, steps, cmd, input=word + "\n"),
                                       max(10.0, opts.drain_timeout_s))
     except TimeoutError:
-        from specconsole.hosts import CommandResult
-
         return CommandResult("verdict", None, "", f"{r.name} stayed unreachable", 0.0)
 
 
