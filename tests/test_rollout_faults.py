@@ -354,6 +354,8 @@ def test_console_killed_while_the_canary_is_held_resume_finishes_it(fleet: Lab) 
                             capture_output=True, text=True, timeout=120)
     assert f"rollout {journal.id}" in status.stdout and "serve: gating (new config)" in status.stdout, status.stdout
     assert f"deploy --resume {journal.id}" in status.stdout
+    # no verdict came: the agent puts it back as it is after the drain timeout (then resumed: gated then)
+    assert wait_for(lambda: serve_replicas.worker_url(fleet, "serve") in in_router(fleet), 30, step=0.2)
     rc, events, err = _events(_deploy(fleet, "--resume"))
     lines = "\n".join(f"{e['host']} {e['step']}: {e['message']}" for e in events)
     assert rc == 0, (err, lines)
@@ -365,15 +367,35 @@ def test_console_killed_while_the_canary_is_held_resume_finishes_it(fleet: Lab) 
     settled(fleet)
 
 
-def test_console_killed_while_the_second_replica_deploys_resume_undo_rolls_both_back(fleet: Lab) -> None:
+def test_console_killed_while_the_canary_is_held_resume_gates_it_while_still_held(fleet: Lab) -> None:
+    """A resume within the drain timeout finds the canary still held: it gates it and gives the agent the
+    verdict the dead console never wrote, then rolls the rest out."""
     before = windows(fleet)
-    proc = _deploy(fleet, "--hosts", "serve*", "--draft-window", str(before["serve"] + 8), "--drain-timeout", "8")
+    new = before["serve"] + 8
+    proc = _deploy(fleet, "--hosts", "serve*", "--draft-window", str(new), "--drain-timeout", "60")
+    _kill_at(proc, lambda ev: ev["host"] == "serve" and ev["step"] == "gate")
+    rc, events, err = _events(_deploy(fleet, "--resume"))
+    lines = "\n".join(f"{e['host']} {e['step']}: {e['message']}" for e in events)
+    assert rc == 0, (err, lines)
+    assert any(e["host"] == "serve" and e["step"] == "verdict" and "telling the agent on serve: promote"
+               in e["message"] for e in events), lines
+    assert not any("not judged" in e["message"] for e in events), lines
+    assert windows(fleet) == dict.fromkeys(NAMES, new)
+    settled(fleet)
+
+
+def test_console_killed_while_the_second_replica_deploys_resume_undo_rolls_both_back(fleet: Lab) -> None:
+    """Undo: the second replica's agent, still holding it for a verdict, is told to roll back (it restores on
+    its own); the promoted canary is rolled back by an agent run; the third was never touched."""
+    before = windows(fleet)
+    proc = _deploy(fleet, "--hosts", "serve*", "--draft-window", str(before["serve"] + 8), "--drain-timeout", "60")
     _kill_at(proc, lambda ev: ev["host"] == "serve2" and ev["step"] == "restart")
     journal, = unfinished(state_dir(fleet))
     assert [r.state for r in journal.replicas] == ["promoted", "deploying", "waiting"]
     rc, events, err = _events(_deploy(fleet, "--resume", journal.id, "--undo"))
     lines = "\n".join(f"{e['host']} {e['step']}: {e['message']}" for e in events)
     assert rc == 0, (err, lines)
+    assert any(e["host"] == "serve2" and "telling the agent on serve2: rollback" in e["message"] for e in events), lines
     rolled = {e["host"] for e in events if e["step"] == "roll back" and e["kind"] == "step"}
     assert rolled == {"serve", "serve2"}, lines
     assert windows(fleet) == before

@@ -1,10 +1,11 @@
 """``deploy --resume``: finish or undo a rollout whose console died (its journal, :mod:`.journal`).
 
-The host agents went on without the console: a held replica was put back into the router after the
+The host agents went on without the console: a held replica is put back into the router after the
 drain timeout on the new config, unjudged (its agent's router event says ``verdict: timeout``); a
 deploy that failed rolled itself back. So resuming first reads, per replica the journal names a
 deploy folder for, what its agent did (``progress.jsonl``; an agent still running is followed to its
-end), and says what each replica serves now. Then:
+end; one still holding a deployed replica for the verdict gets it now: the gate measured on resume,
+or ``rollback`` for an undo), and says what each replica serves now. Then:
 
 - **finish** (the default): a replica left on the new config unjudged is gated now against the
   journal's baseline; one that fails halts (every replica on the new config is rolled back, as the
@@ -19,6 +20,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from specconsole.actions.deploy.execute import first_line, follow, run_reattaching
@@ -46,8 +48,27 @@ async def resume(journal: Journal, replicas: list[run.Replica], opts: run.Rollou
         r = by_name[left.name]
         r.state, r.changed, r.workdir, r.verdict = left.state, left.changed, left.workdir, left.verdict
         r.on_change = lambda: journal.note(replicas)
-    await asyncio.gather(*(_what_the_agent_did(r, emit) for r in replicas if r.workdir))
     baseline = journal.baseline_figures()
+
+    async def verdict(r: run.Replica, steps: Steps) -> str | None:
+        """What to tell an agent still holding ``r`` for the dead console's verdict."""
+        if undo:
+            return "rollback undone by deploy --resume --undo"
+        if baseline is None:
+            return None  # nothing to gate against: it goes back as it is after the hold, and is gated then
+        run.say_state(r, steps, "gating")
+        steps.begin("gate", f"quality gate on {r.name} (held for the dead console's verdict): "
+                    f"{len(opts.prompts)} prompts")
+        try:
+            r.figures = await run.measure_on(r, steps, opts)
+            v = judge(r.figures, baseline, opts.gate)
+        except SpecConsoleError as err:
+            v = Verdict(False, f"gate could not measure: {first_line(err)}")
+        r.verdict = v.line
+        (steps.info if v.passed else steps.error)(f"{r.name}: {v.line}")
+        return "promote" if v.passed else f"rollback {v.line}"
+
+    await asyncio.gather(*(_what_the_agent_did(r, emit, verdict) for r in replicas if r.workdir))
     if undo:
         out = await _undo(replicas, opts, emit, top, "undone by deploy --resume --undo")
     else:
@@ -57,8 +78,10 @@ async def resume(journal: Journal, replicas: list[run.Replica], opts: run.Rollou
     return out
 
 
-async def _what_the_agent_did(r: run.Replica, emit: Emit) -> None:
-    """Read (or follow to its end) the agent of ``r``'s deploy and set what ``r`` serves by it."""
+async def _what_the_agent_did(r: run.Replica, emit: Emit,
+                              tell: Callable[[run.Replica, Steps], Awaitable[str | None]]) -> None:
+    """Read (or follow to its end) the agent of ``r``'s deploy and set what ``r`` serves by it; an agent
+    holding the replica for a verdict gets ``tell(r, steps)`` (None: none; it times out)."""
     steps = Steps("rollout", emit, host=r.name)
     steps.begin("agent", f"{r.name}: what the deploy agent in {r.workdir} did after the console was gone")
     res = await run_reattaching(r.host, steps, ["cat", "--", f"{r.workdir}/progress.jsonl"])
@@ -79,7 +102,16 @@ async def _what_the_agent_did(r: run.Replica, emit: Emit) -> None:
     if router_final is None:  # a rollout's agent always ends with one: follow it there (its deploy's final first)
         steps.info(f"{r.name}: its agent has not finished (last: {events[-1].get('message', '')[:100]}); "
                    "following it to its end")
+    told = False
     while router_final is None:
+        deployed = any(e.get("outcome") == "deployed" for e in finals)
+        if deployed and not told:  # held for the verdict the dead console never wrote
+            told = True
+            word = await tell(r, steps)
+            if word is not None:
+                steps.begin("verdict", f"telling the agent on {r.name}: {word.split(':')[0]}")
+                cmd = ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh", f"{r.workdir}/verdict"]
+                await run_reattaching(r.host, steps, cmd, input=word + "\n")
         more = await follow(r.host, r.workdir, steps, after=max(int(e.get("seq", 0)) for e in events))
         events += more.events
         finals = [e for e in events if e.get("kind") == "final"]
@@ -140,6 +172,9 @@ async def _undo(replicas: list[run.Replica], opts: run.RolloutOptions, emit: Emi
 
 async def _finish(replicas: list[run.Replica], opts: run.RolloutOptions, emit: Emit, abort: asyncio.Event,
                   top: Steps, baseline: Figures | None, journal: Journal) -> run.RolloutOutcome:
+    failed = next((r for r in replicas if r.verdict_seen.startswith("rollback")), None)
+    if failed is not None:  # its gate failed (before the console died, or on resume): the rollout halts
+        return await _undo(replicas, opts, emit, top, f"{failed.name}: {failed.verdict or failed.verdict_seen}")
     unjudged = [r for r in replicas if r.changed and r.state != "promoted"]
     if unjudged and baseline is None:
         base = next((r for r in replicas if not r.changed), None)
