@@ -73,12 +73,15 @@ def all_urls(lab: Lab) -> list[str]:
 
 
 async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent, asyncio.Event], None] | None = None,
-              gate: str | None = None, canary_wait_s: float | None = None, drain_timeout_s: float | None = None
+              gate: str | None = None, canary_wait_s: float | None = None, drain_timeout_s: float | None = None,
+              tweak: Callable[[rollout.RolloutOptions], None] | None = None
               ) -> tuple[rollout.RolloutOutcome, list[StepEvent]]:
     config = load_config(lab.config_path)
     chosen = rollout.select(config, "serve*")
     opts = rollout.options(config, request, gate=gate, canary_wait_s=canary_wait_s, drain_timeout_s=drain_timeout_s,
                            operator="test", gate_prompts=gate_prompts)
+    if tweak is not None:  # what a test changes beyond the flags (test_rollout_faults: the router's URL)
+        tweak(opts)
     hosts = [SshHost(c) for c in chosen]
     events: list[StepEvent] = []
     abort = asyncio.Event()

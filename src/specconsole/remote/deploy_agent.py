@@ -98,6 +98,7 @@ class Agent:
         self.progress = open(progress_path, "a", encoding="utf-8")  # noqa: SIM115
         self.seq = 0
         self.drafts = 0  # draft tokens per verify step, from the new server's /server_info
+        self._emitting = threading.Lock()
         self.t0 = time.monotonic()
         self.step = ""
         self.locked = False
@@ -107,11 +108,12 @@ class Agent:
 
     # -- reporting ---------------------------------------------------------------------
     def emit(self, kind: str, message: str, **extra: Any) -> None:
-        self.seq += 1
-        event = {"seq": self.seq, "t": round(time.monotonic() - self.t0, 3), "at": time.time(),
-                 "kind": kind, "step": self.step, "message": message, **extra}
-        self.progress.write(json.dumps(event) + "\n")
-        self.progress.flush()   # readers see it at once; only the outcome waits for the disk
+        with self._emitting:  # the router link's guard thread speaks too
+            self.seq += 1
+            event = {"seq": self.seq, "t": round(time.monotonic() - self.t0, 3), "at": time.time(),
+                     "kind": kind, "step": self.step, "message": message, **extra}
+            self.progress.write(json.dumps(event) + "\n")
+            self.progress.flush()   # readers see it at once; only the outcome waits for the disk
         if kind == "final":
             self.outcome = self.outcome or str(extra.get("outcome", ""))
             os.fsync(self.progress.fileno())
@@ -296,7 +298,8 @@ class Agent:
                 return 1
             return self.rollback(reason, existed)
         finally:
-            self.unlock()
+            if self.router is None or not self.router.removed:
+                self.unlock()   # else held through the hold, a rollback by verdict and the rejoin (main)
             self.prune_workdirs()
 
     def prune_workdirs(self) -> None:
@@ -517,6 +520,8 @@ def main(argv: list[str]) -> int:
         except Exception as err:
             agent.emit("final", f"deploy agent crashed re-adding the replica: {err!r}", outcome="out_of_router",
                        phase="router")
+        finally:
+            agent.unlock()  # held through the hold and the rejoin (RouterLink.release); never left behind
     return rc
 
 

@@ -329,7 +329,9 @@ def owner_alive(pid: int | None) -> bool:
 #: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
 #: merely runs inside a lab host's SSH session).
 LAB_PROGRAMS = ("sshd", "specconsole.lab.", "sglang_judge.py", "torch.distributed.run", "agent.py", "systemctl3",
-                "tail -", "sglang_router")
+                "tail -", "sglang_router", "-m smg launch",
+                # the routers retitle themselves (setproctitle): their /proc cmdline is only this
+                "sglang::router", "smg::router")
 
 
 def _marked(roots: list[str]) -> list[tuple[int, list[str]]]:

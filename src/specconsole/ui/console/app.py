@@ -143,6 +143,7 @@ class ConsoleApp(App[int]):
         self.palette = Palette.from_variables(self.get_css_variables())
         for warning in self.key_plan.warnings:
             self.events.emit(warning, level="warning")
+        self._unfinished_rollouts()
         # events reach the pane through this queue (flushed on the UI thread); it starts with
         # what happened before the console opened (the audit log's recent lines)
         self.new_events: deque[Event] = deque(self.events.recent)
@@ -205,6 +206,23 @@ class ConsoleApp(App[int]):
     def console_screen(self) -> ConsoleScreen | None:
         """The screen with the panes (None until Textual has asked for it)."""
         return self._console_screen
+
+    def _unfinished_rollouts(self) -> None:
+        """A rollout whose console died (its journal, actions/rollout/journal.py): what each replica was
+        left in, and how to finish or undo it, as the first events."""
+        from specconsole.actions.rollout.journal import unfinished
+
+        try:
+            left = unfinished(self.config.console.state_dir)
+        except OSError as err:
+            self.events.emit(f"rollout journals unreadable: {err}", level="warning")
+            return
+        for journal in left:
+            for line in journal.lines():
+                self.events.emit(f"unfinished {line.strip()}" if line.startswith("rollout") else line.strip(),
+                                 source="rollout", level="warning")
+            self.events.emit(f"finish it: specconsole deploy --resume {journal.id}; undo it: add --undo",
+                             source="rollout", level="warning")
 
     async def on_mount(self) -> None:
         self.leaving.install()  # the console screen mounts itself: its panes, its redraws
