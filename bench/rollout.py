@@ -78,14 +78,16 @@ def main() -> int:
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--startup", type=float, default=3.0, help="simulated SGLang load time, s")
     ap.add_argument("--concurrency", type=int, default=4, help="load generator clients")
+    ap.add_argument("--router", choices=("sglang-router", "smg"), default="sglang-router",
+                    help="the router in front of the replicas (smg: SGLang's current gateway)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sc-bench-rollout-") as tmp:
         lab = Lab(Path(tmp) / "lab", LabOptions(trainer=False, serve=args.replicas, sglang_startup_s=args.startup,
-                                                sglang_load_rps=0, sglang_step_ms=2.0))
+                                                sglang_load_rps=0, sglang_step_ms=2.0, router=args.router))
         t_lab = time.monotonic()
         lab.up()
         try:
-            print(f"lab: {args.replicas} replicas behind sglang-router at {serve_replicas.router_url(lab)} "
+            print(f"lab: {args.replicas} replicas behind {args.router} at {serve_replicas.router_url(lab)} "
                   f"(up in {time.monotonic() - t_lab:.1f}s; simulated start-up {args.startup:g}s)")
             with RouterLoad(serve_replicas.router_url(lab), concurrency=args.concurrency) as load:
                 out, events, took = asyncio.run(run(lab, 32))

@@ -2,7 +2,8 @@
 
 ``with Receiver() as r``: ``r.url`` takes POSTs; each JSON body lands in ``r.received`` with its
 arrival time. ``Receiver(hang=True)`` reads nothing and answers nothing until it is closed (a
-webhook that hangs); ``Receiver(fail_first=N)`` answers 500 to the first N posts.
+webhook that hangs); ``Receiver(fail_first=N)`` answers 500 to the first N posts;
+``Receiver(delay_s=S)`` reads each post at once and answers it S seconds later (a slow webhook).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 
 
 class Receiver:
-    def __init__(self, *, hang: bool = False, fail_first: int = 0) -> None:
-        self.hang, self.fail_first = hang, fail_first
+    def __init__(self, *, hang: bool = False, fail_first: int = 0, delay_s: float = 0.0) -> None:
+        self.hang, self.fail_first, self.delay_s = hang, fail_first, delay_s
         self.received: list[tuple[float, dict[str, Any]]] = []
         self.posts = 0  # every POST that arrived (a hanging one too)
         self.release = threading.Event()
@@ -30,6 +31,8 @@ class Receiver:
                     receiver.release.wait(60)
                     return
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if receiver.delay_s:
+                    receiver.release.wait(receiver.delay_s)
                 if receiver.posts <= receiver.fail_first:
                     self.send_response(500)
                 else:

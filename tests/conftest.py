@@ -14,8 +14,10 @@ fixture (a lab fixture asks for it on its tests' behalf), which marks it ``lab``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -26,7 +28,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.lab.parts.environment import Lab, LabOptions, lab_leftovers
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -179,19 +181,37 @@ def running_lab(path: Path, options: LabOptions | None = None,
                 ready: Callable[[Lab], object] | None = None) -> Iterator[Lab]:
     """A lab in ``path`` with ``options``, up (and ``ready(lab)`` returned) for the body and always
     stopped after: a module's own lab fixture is ``yield from running_lab(tmp_path / "lab", LabOptions(...))``.
-    Its training job steps on :data:`TEST_BATCH_TOKENS`-token batches (no test reads the batch size)."""
+    Its training job steps on :data:`TEST_BATCH_TOKENS`-token batches (no test reads the batch size).
+    A start-up that fails is stopped too; after the stop, any process still marked as the lab's
+    fails the test that owned the lab (issue 36: a crash-looping unit's systemctl double and its
+    simulator had outlived ``lab.down()``), and is killed so that it fails only once."""
     _need_sshd()
     options = replace(options or LabOptions(), trainer_batch_tokens=TEST_BATCH_TOKENS)
     if options.sglang:
         shared_sglang_judge()
     lab = Lab(path, options)
-    lab.up()
     try:
+        lab.up()
         if ready is not None:
             ready(lab)
         yield lab
     finally:
         lab.down()
+        assert_nothing_left(lab)
+
+
+def assert_nothing_left(lab: Lab, grace_s: float = 2.0) -> None:
+    """Fail when a process marked as ``lab``'s still runs ``grace_s`` after its ``down()``; kill it."""
+    left = lab_leftovers(lab.marker_roots())
+    deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = lab_leftovers(lab.marker_roots())
+    if left:
+        for line in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        pytest.fail("the lab left running after lab.down():\n" + "\n".join(left), pytrace=False)
 
 
 class wait_for:

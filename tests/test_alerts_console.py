@@ -1,6 +1,7 @@
 """Alert delivery without a lab: the console's summary bar, events pane and bell (Pilot, sample
 fleet, frozen clock); the webhook against a real local HTTP receiver (JSON, retries, a hanging
-receiver never blocks, a full queue drops the oldest and says so); tmux's command."""
+receiver never blocks, a full queue drops the oldest and says so; stopping drains the post in
+flight, bounded); tmux's command."""
 
 from __future__ import annotations
 
@@ -112,6 +113,47 @@ async def test_a_receiver_that_never_answers_fails_after_its_timeout_and_tries()
     assert receiver.posts == 2
     (note,) = [e.message for e in log.recent if e.source == "webhook"]
     assert "failed after 2 tries: no answer within 0.3 s" in note
+
+
+async def test_stop_drains_the_post_in_flight_and_the_queue_behind_it() -> None:
+    """A slow receiver (0.6 s an answer) has one POST in flight and one queued when the delivery
+    stops: both arrive, both are counted sent, nothing is said; the old stop() cancelled the POST."""
+    log = EventLog()
+    with Receiver(delay_s=0.6) as receiver:
+        delivery = AlertDelivery(Alerting(webhook=receiver.url, webhook_retries=0, webhook_timeout_s=5), log,
+                                 env={})
+        sender = delivery.webhook
+        assert sender is not None
+        delivery.start()
+        engine = AlertEngine(NAN_RULE, log)
+        engine.evaluate(with_loss(math.nan), sd.FROZEN_NOW)
+        assert await wait_for(lambda: receiver.posts == 1, 10)  # in flight, its answer 0.6 s away
+        engine.evaluate(with_loss(1.0), sd.FROZEN_NOW + 1)  # queued behind it
+        started = time.monotonic()
+        await delivery.stop()
+        took = time.monotonic() - started
+        assert receiver.states("loss-not-finite") == ["firing", "resolved"]
+        assert sender.sent == 2 and sender.failed == 0 and not sender.queue
+        assert 0.6 <= took < 2.0
+        await delivery.stop()  # a second stop does nothing
+    assert [e.message for e in log.recent if e.source == "webhook"] == []
+
+
+async def test_stop_gives_a_hanging_post_two_seconds_then_says_what_was_not_sent() -> None:
+    log = EventLog()
+    with Receiver(hang=True) as receiver:
+        sender = WebhookSender(receiver.url, log, timeout_s=30, retries=0, queue=10)
+        sender.start()
+        sender.put({"alert": "gpu-hot", "state": "firing"})
+        assert await wait_for(lambda: receiver.posts == 1, 10)
+        sender.put({"alert": "gpu-hot", "state": "resolved"})
+        started = time.monotonic()
+        await sender.stop(drain_s=0.5)
+        assert 0.5 <= time.monotonic() - started < 1.5  # bounded: cancelled at the drain's end
+    assert sender.sent == 0 and receiver.posts == 1
+    (note,) = [e.message for e in log.recent if e.source == "webhook"]
+    assert note == (f"webhook: stopped after waiting 0.5 s for the POST of gpu-hot (firing) in flight to "
+                    f"{receiver.url}; 2 alerts not sent")
 
 
 async def test_tmux_gets_the_console_pane_and_no_format_to_run() -> None:

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
+from specconsole.actions.deploy.execute import SMOKE_PROMPT
 from specconsole.actions.deploy.preflight import DeployRefused, DeployRequest, execute, preflight
 from specconsole.config import HostConfig, load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts.environment import Lab, LabOptions
+from specconsole.sglang.acceptance import NO_DETAIL
 from specconsole.steps import StepEvent, Steps
 
 DFLASH16 = DeployRequest(algorithm="DFLASH", draft_window=16, health_timeout_s=60)
@@ -114,6 +116,21 @@ async def test_nextn_to_dflash_window_16(serve_lab: Lab) -> None:
     results = [e for e in events if e.kind == "result"]
     assert results and all(r.took_s is not None and r.message.startswith("exit ") for r in results)
     assert any("smoke:" in e.message and "tok/s" in e.message and "acceptance length" in e.message for e in events)
+    # the smoke line carries the simulator's per-request histogram (SGLang 0.5.23's field, its real
+    # shape), and the event the plot's figures: the same numbers as the same prompt gives again
+    (smoke,) = [e for e in events if e.message.startswith("smoke:")]
+    sampling = {"max_new_tokens": plan.smoke_tokens, "temperature": 0}
+    body = json.dumps({"text": SMOKE_PROMPT, "sampling_params": sampling}).encode()
+    req = urllib.request.Request(url(serve_lab, "/generate"), data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        meta = json.loads(r.read())["meta_info"]
+    hist = meta["spec_correct_drafts_histogram"]
+    assert sum(hist) == meta["spec_verify_ct"]
+    assert f"accepted drafts per verify step [{', '.join(map(str, hist))}] (spec_correct_drafts_histogram, " \
+           f"{meta['spec_verify_ct']} steps)" in smoke.message, smoke.message
+    ((label, detail),) = smoke.acceptance
+    assert label == "serve" and list(detail.histogram) == hist and detail.positions == 15  # block 16: 15 drafts
+    assert NO_DETAIL not in smoke.message
     assert events[-1].kind == "done" and events[-1].took_s is not None
 
 

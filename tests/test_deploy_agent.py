@@ -186,3 +186,39 @@ def test_verify_reads_the_window_under_either_name(info: dict[str, int]) -> None
 def test_verify_still_reports_a_missing_window() -> None:
     assert deploy_agent.disagreements({"speculative_algorithm": "DFLASH"}, {"speculative_draft_window_size": 64}) == [
         "speculative_draft_window_size=None (wanted 64)"]
+
+
+@pytest.mark.parametrize(("meta", "quoted", "histogram"), [
+    # SGLang 0.5.23's field
+    ({"spec_verify_ct": 3, "spec_correct_drafts_histogram": [0, 1, 2]},
+     "; accepted drafts per verify step [0, 1, 2] (spec_correct_drafts_histogram, 3 steps)", [0, 1, 2]),
+    # an earlier SGLang's name for the same list
+    ({"spec_verify_ct": 2, "spec_accept_histogram": [1, 0, 0, 1]},
+     "; accepted drafts per verify step [1, 0, 0, 1] (spec_accept_histogram, 2 steps)", [1, 0, 0, 1]),
+    # speculative, but no per-request detail: said, no error
+    ({"spec_verify_ct": 4}, "; no per-request acceptance detail from this server", None),
+    # no speculation: nothing to say
+    ({}, "", None),
+])
+def test_the_smoke_line_quotes_the_servers_histogram(tmp_path: Path, meta: dict[str, object], quoted: str,
+                                                     histogram: list[int] | None) -> None:
+    from specconsole.actions.deploy.execute import _relay
+    from specconsole.steps import StepEvent, Steps
+
+    agent = _agent(tmp_path, "20261206-180000-abc123")
+    agent.plan.update(smoke={"text": "x", "max_new_tokens": 8}, generate_url="http://127.0.0.1:1/generate")
+    agent.drafts = 15
+    answer = {"text": "y", "meta_info": {"completion_tokens": 8, "e2e_latency": 0.1, **meta}}
+    agent.http = lambda *_args, **_kw: (200, json.dumps(answer))  # type: ignore[method-assign]
+    agent.smoke()
+    (ev,) = [json.loads(ln) for ln in Path(agent.plan["workdir"], "progress.jsonl").read_text().splitlines()
+             if "smoke:" in ln]
+    assert ev["message"].endswith(f"acceptance length {8 / meta.get('spec_verify_ct', 8):.2f}{quoted}")
+    assert ev.get("accept_histogram") == histogram
+    events: list[StepEvent] = []
+    _relay(Steps("deploy", events.append), ev, "serve")
+    if histogram is None:
+        assert events[-1].acceptance == ()
+    else:
+        ((label, detail),) = events[-1].acceptance
+        assert label == "serve" and list(detail.histogram) == histogram and detail.positions == 15

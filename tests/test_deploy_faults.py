@@ -40,10 +40,10 @@ def _ppid(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def drop_sessions(lab: Lab) -> int:
-    """Kill every SSH session process of the serving host's sshd (not the listener): the
+def drop_sessions(lab: Lab, name: str = "serve") -> int:
+    """Kill every SSH session process of host ``name``'s sshd (not the listener): the
     operator's connection is really gone; the listener takes the reconnect."""
-    listener = lab.state.hosts["serve"].sshd_pid
+    listener = lab.state.hosts[name].sshd_pid
     assert listener
     killed = 0
     for d in Path("/proc").iterdir():

@@ -357,3 +357,45 @@ async def test_the_console_answers_the_panes_run_request(tmp_path: Path) -> None
                        step=0.05, pilot=pilot)
         assert not pane.running
         assert str(port) in pane.progress_text
+
+
+def _hist_run(run_id: str, label: str, hists: list[list[int] | None]) -> EvalRun:
+    """A DFLASH block-16 run whose tasks' stored meta_info carry SGLang's histogram (None: an answer
+    from a server that gives none)."""
+    tasks = []
+    for i, h in enumerate(hists):
+        meta: dict[str, Any] = {"completion_tokens": 40, "spec_verify_ct": sum(h) if h else 8}
+        if h:
+            meta["spec_correct_drafts_histogram"] = h
+        tasks.append(TaskResult(f"t{i}", acceptance_length=5.0, meta_info=meta))
+    return EvalRun(id=run_id, label=label, created_at="2026-12-0%sT00:00:00Z" % (1 + len(run_id) % 8),
+                   deployment=Deployment("DFLASH", block_size=16, num_draft_tokens=16), tasks=tuple(tasks))
+
+
+async def test_the_pane_plots_acceptance_of_a_run_beside_its_baseline(tmp_path: Path) -> None:
+    """Issue 36 item 4: the selected run's histogram of accepted drafts and acceptance by draft
+    position beside the baseline's, at most 80 columns; a server without the detail is said once;
+    runs without any (imported, vanilla) show nothing."""
+    store = ResultStore(tmp_path / "results")
+    store.save(_hist_run("w32", "window 32", [[1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2], [0, 1, 2]]))
+    store.save(_hist_run("w16", "window 16", [[3, 3, 2, 1]]))
+    store.save(_hist_run("old", "older server", [None, None]))
+    store.save(_run("zlab", "baseline (z-lab)", "2026-11-01T00:00:00Z", {"fizzbuzz": 12.0}))
+    pane = EvalPane(store, id="eval")
+    async with PaneApp(pane).run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        plot = pane.query_one("#eval-acceptance", Static)
+        pane.select_runs(["w32", "w16"], baseline="w16")
+        await pilot.pause()
+        text = str(plot.render())
+        assert not plot.has_class("-empty")
+        assert "left: window 32: accept length" in text and "right: window 16 (baseline)" in text
+        assert "accepted drafts per verify step (% of steps)" in text and "acceptance by draft position" in text
+        assert all(len(line) <= 80 for line in text.splitlines())
+        pane.select_runs(["old"])
+        await pilot.pause()
+        assert not plot.has_class("-empty")
+        assert str(plot.render()) == "no per-request acceptance detail from this server"
+        pane.select_runs(["zlab"])
+        await pilot.pause()
+        assert plot.has_class("-empty") and str(plot.render()) == ""  # nothing to show, nothing to say

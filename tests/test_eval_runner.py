@@ -113,6 +113,13 @@ async def test_dflash_run_arithmetic_from_stored_meta_info(dflash: SimServer, su
     assert len(progress) == 10
     assert {e.message.split("] ")[1].split(":")[0] for e in progress} == set(suite.task_names)
     assert sorted(int(e.message[1:].split("/")[0]) for e in progress) == list(range(1, 11))
+    # the simulator's per-request histograms (spec_correct_drafts_histogram), summed over the tasks
+    (shown,) = [e for e in events if e.step == "acceptance" and e.kind == "info"]
+    ((label, detail),) = shown.acceptance
+    assert label == run.label and detail.requests == 10 and detail.positions == 15
+    assert detail.steps == sum(t["meta_info"]["spec_verify_ct"] for t in data["tasks"])
+    assert detail.accepted == sum(t["meta_info"]["spec_num_correct_drafts"] for t in data["tasks"])
+    assert shown.message == detail.summary()
     assert events[-1].kind == "done" and run.id in events[-1].message
     # same prompts, temperature 0: the same numbers again (deterministic)
     again, _ = await _run(dflash.url, suite.select(["fizzbuzz", "lru_cache"]), store)

@@ -73,12 +73,15 @@ def all_urls(lab: Lab) -> list[str]:
 
 
 async def run(lab: Lab, request: DeployRequest, *, on_event: Callable[[StepEvent, asyncio.Event], None] | None = None,
-              gate: str | None = None, canary_wait_s: float | None = None, drain_timeout_s: float | None = None
+              gate: str | None = None, canary_wait_s: float | None = None, drain_timeout_s: float | None = None,
+              tweak: Callable[[rollout.RolloutOptions], None] | None = None
               ) -> tuple[rollout.RolloutOutcome, list[StepEvent]]:
     config = load_config(lab.config_path)
     chosen = rollout.select(config, "serve*")
     opts = rollout.options(config, request, gate=gate, canary_wait_s=canary_wait_s, drain_timeout_s=drain_timeout_s,
                            operator="test", gate_prompts=gate_prompts)
+    if tweak is not None:  # what a test changes beyond the flags (test_rollout_faults: the router's URL)
+        tweak(opts)
     hosts = [SshHost(c) for c in chosen]
     events: list[StepEvent] = []
     abort = asyncio.Event()
@@ -157,6 +160,15 @@ async def test_weaker_draft_fails_the_gate_on_the_canary_and_is_rolled_back(flee
     assert in_router(fleet) == all_urls(fleet)
     lines = [e.message for e in events if e.step == "result" and e.kind == "info"]
     assert any(m.startswith("serve: rolled back; serves DFLASH") for m in lines), lines
+    # acceptance as operators read it: the canary's histogram beside the fleet's, from the replicas'
+    # own meta_info (issue 36 item 4); the weaker draft accepts less at every draft position
+    (shown,) = [e for e in events if e.host == "serve" and e.step == "gate" and e.acceptance]
+    (new_label, new), (fleet_label, old) = shown.acceptance
+    assert (new_label, fleet_label) == ("serve (canary)", "serve2 (fleet)")
+    assert canary.figures is not None and new.requests == old.requests == canary.figures.prompts
+    assert new.positions == old.positions == 15 and new == canary.figures.acceptance
+    assert new.accept_length < old.accept_length and new.by_position()[0] < old.by_position()[0]
+    assert "(from spec_correct_drafts_histogram)" in shown.message
 
 
 async def test_a_failed_gate_after_the_hold_timed_out_still_rolls_the_canary_back(fleet: Lab) -> None:

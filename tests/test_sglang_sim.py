@@ -17,6 +17,7 @@ from conftest import shared_sglang_judge, wait_for
 from specconsole.lab.doubles import sglang_sim
 from specconsole.lab.parts.state import free_port
 from specconsole.sglang import SglangClient, SglangError
+from specconsole.sglang.acceptance import tally
 
 pytestmark = pytest.mark.xdist_group("sglang-sim")  # its module simulators: one set per run, not one per worker
 
@@ -348,16 +349,28 @@ def test_generate_meta_info_arithmetic(sims: dict[str, Sim]) -> None:
         meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"])
     assert 1.0 < meta["spec_accept_length"] <= 16
     assert meta["finish_reason"]["type"] in ("length", "stop")
+    # SGLang 0.5.23's per-request histogram (tokenizer_manager.py: spec_correct_drafts_histogram):
+    # index = drafts accepted in a verify step (no bonus), value = steps; grown to the most accepted
+    hist = meta["spec_correct_drafts_histogram"]
+    assert isinstance(hist, list) and all(type(n) is int and n >= 0 for n in hist) and hist[-1] > 0
+    assert sum(hist) == meta["spec_verify_ct"]
+    assert sum(n * c for n, c in enumerate(hist)) == meta["spec_num_correct_drafts"]
+    assert len(hist) <= 16  # block 16: at most 15 drafts accepted in a step
+    assert "spec_accept_histogram" not in meta  # the earlier releases' name, not 0.5.23's
     again = generate(url, PROMPTS[0], 80)["meta_info"]
-    for key in ("completion_tokens", "spec_verify_ct", "spec_accept_length"):
+    for key in ("completion_tokens", "spec_verify_ct", "spec_accept_length", "spec_correct_drafts_histogram"):
         assert again[key] == meta[key]  # temperature 0: same prompt, same numbers
 
 
 def test_dflash_window16_beats_nextn4(sims: dict[str, Sim]) -> None:
     def mean_accept(url: str) -> float:
         metas = [generate(url, p, 128)["meta_info"] for p in PROMPTS]
-        return sum(m["completion_tokens"] for m in metas) / sum(m["spec_verify_ct"]
-                                                                for m in metas)
+        # the summed histograms give the same mean (bonus token included) as the counts
+        detail = tally(metas).detail()
+        assert detail is not None and detail.requests == len(PROMPTS)
+        mean = sum(m["completion_tokens"] for m in metas) / sum(m["spec_verify_ct"] for m in metas)
+        assert detail.accept_length == pytest.approx(mean)
+        return mean
 
     nextn, dflash = mean_accept(sims["nextn"].url), mean_accept(sims["dflash"].url)
     assert 1.8 < nextn < 3.6
@@ -376,6 +389,7 @@ def test_vanilla_has_no_spec_fields_and_needs_api_key(sims: dict[str, Sim]) -> N
         "text": PROMPTS[1], "sampling_params": {"max_new_tokens": 32, "temperature": 0}})
     meta = resp.json()["meta_info"]
     assert not any(k.startswith("spec_") for k in meta)
+    assert tally([meta]).detail() is None and not tally([meta]).speculative_without_detail  # nothing to say
     assert httpx.get(f"{url}/metrics", timeout=5).status_code == 404  # no --enable-metrics
 
 

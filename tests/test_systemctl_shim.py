@@ -119,3 +119,34 @@ def test_a_restart_is_not_taken_for_a_crash_of_the_process_it_stopped(tmp_path: 
         assert _systemctl(root, "is-active", "crash.service").stdout.strip() == "active"
     finally:
         _systemctl(root, "stop", "crash.service")
+
+
+def test_a_stop_cancels_the_pending_automatic_restart(tmp_path: Path) -> None:
+    """A Restart=on-failure unit crashes and its supervisor waits RestartSec (2 s) to restart it;
+    a ``stop`` in that wait cancels the restart (systemd's stop job replaces the restart job): the
+    unit is not started again and its supervisor exits (issue 36: one started the lab's simulator
+    after the lab's stop, and outlived the lab)."""
+    root = tmp_path / "host"
+    starts = tmp_path / "starts"
+    _unit(root, f"/bin/sh -c 'echo started >> {starts}; sleep 0.5; exit 1'")
+    supervisor = 0
+    try:
+        assert _systemctl(root, "start", "crash.service").returncode == 0
+        supervisor = int((root / "run" / "crash.service.supervisor").read_text())
+        assert wait_for(lambda: _systemctl(root, "is-active", "crash.service").stdout.strip() == "activating", 10)
+        assert _systemctl(root, "stop", "crash.service").returncode == 0
+        time.sleep(3.0)  # past RestartSec
+        assert starts.read_text().splitlines() == ["started"]
+        assert _systemctl(root, "is-active", "crash.service").stdout.strip() != "active"
+        assert wait_for(lambda: not _alive(supervisor), 5), "the supervisor outlived the stop"
+        assert "Scheduled restart" not in (root / "var" / "log" / "journal" / "crash.service.log").read_text()
+    finally:
+        _systemctl(root, "stop", "crash.service")
+        if supervisor and _alive(supervisor):  # failed: it must not outlive the test either
+            os.kill(supervisor, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    from specconsole.lab.procs import alive
+
+    return alive(pid)

@@ -20,12 +20,14 @@ from conftest import wait_for
 from specconsole.actions.deploy.preflight import DeployPlan, DeployRefused, DeployRequest
 from specconsole.config import parse_config
 from specconsole.lab.parts.state import free_port
+from specconsole.sglang.acceptance import AcceptanceDetail
 from specconsole.steps import StepEvent, Steps
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.action_view import ActionPanel, ActionTrack
 from specconsole.ui.panes.events_pane import EventList, EventsPane
 from specconsole.ui.screens.deploy_form import DeployForm, algorithm_choices
 from specconsole.ui.screens.plan import PlanScreen, flag_rows
+from specconsole.ui.style.acceptance_plot import acceptance_plot
 from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 
 pytestmark = pytest.mark.timeout(90)
@@ -108,6 +110,38 @@ async def test_action_view_stays_until_dismissed_and_fits_80x24(tmp_path: Path) 
         await pilot.press("escape")
         await pilot.pause()
         assert not panel.display
+
+
+async def test_the_smoke_tests_acceptance_plot_is_in_the_action_view_at_80x24(tmp_path: Path) -> None:
+    """A smoke event carrying SGLang's histogram (issue 36 item 4): the action view shows the plot
+    (80 columns, unicode blocks) under the steps; the scroll holds what the panel's height cannot."""
+    detail = AcceptanceDetail((2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 2, 1, 1, 0, 0, 6), 1, 15)
+    app = frozen(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        panel = app.query_one(ActionPanel)
+        app.actions.open("deploy", "Deploy to serve", "serve", scroll_to="serving")
+        events = sd.sample_deploy_events()
+        for e in events:
+            app.actions.emit(e)
+        last = events[-1]
+        app.actions.emit(StepEvent("deploy", "info", f"smoke: 64 tokens, acceptance length 7.26; {detail.summary()}",
+                                   step="smoke test", host="serve", at=last.at + 2, elapsed_s=16.0,
+                                   acceptance=(("serve", detail),)))
+        app.actions.emit(StepEvent("deploy", "done", "deployed: DFLASH window 16", step="smoke test", host="serve",
+                                   at=last.at + 3, elapsed_s=17.1))
+        await pilot.pause()
+        text = panel.text
+        for line in acceptance_plot([("serve", detail)]):
+            assert line in text, line
+        assert app.query_one(ActionPanel).track.acceptance == (("serve", detail),)  # type: ignore[union-attr]
+        # the steps stay in view (the latest one included); the plot is below them, for the scroll
+        screen = app.screen_text()
+        assert "✓ smoke test" in screen and "acceptance by draft position" not in screen
+        panel.query_one("#action-scroll", VerticalScroll).scroll_end(animate=False)
+        await wait_for(lambda: "acceptance by draft position" in app.screen_text(), 5,
+                       what="the plot's last chart scrolled into view", pilot=pilot)
+        assert all(len(line) <= 80 for line in app.screen_text().splitlines())
 
 
 async def test_d_with_the_serving_host_down_says_so_on_screen(tmp_path: Path) -> None:

@@ -50,8 +50,8 @@ async def test_a_remapped_key_takes_another_actions_default_key(tmp_path: Path) 
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert app.key_plan.key_of("cycle_theme") is None
-        theme, refreshes = app.theme, app._refreshes
+        theme, refreshes = app.theme, app.console_screen.redraws
         await pilot.press("t")
-        await wait_for(lambda: app._refreshes > refreshes, 10, what="t to refresh", pilot=pilot)
+        await wait_for(lambda: app.console_screen.redraws > refreshes, 10, what="t to refresh", pilot=pilot)
         assert app.theme == theme
         assert any("cycle_theme: its key t is now refresh's" in w for w in app.key_plan.warnings)

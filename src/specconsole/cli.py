@@ -86,8 +86,21 @@ async def _status(args: argparse.Namespace) -> int:
 async def _status_snapshots(fleet: Fleet, args: argparse.Namespace) -> int:
     from specconsole.status_watch import print_status
 
-    return await print_status(fleet, as_json=args.json, watch=args.watch, interval=args.interval,
-                              timeout=args.timeout, alerts=args.alerts)
+    rc = await print_status(fleet, as_json=args.json, watch=args.watch, interval=args.interval,
+                            timeout=args.timeout, alerts=args.alerts)
+    if not args.json and not args.watch:
+        _unfinished_rollouts(fleet.config.console.state_dir)
+    return rc
+
+
+def _unfinished_rollouts(state_dir: str) -> None:
+    """What each replica of an unfinished rollout (its console died) was left in, and how to go on."""
+    from specconsole.actions.rollout.journal import unfinished
+
+    for j in unfinished(state_dir):
+        for line in j.lines():
+            _say(line)
+        _say(f"  finish it: specconsole deploy --resume {j.id}   undo it: specconsole deploy --resume {j.id} --undo")
 
 
 def _stderr(line: str) -> None:
@@ -132,11 +145,22 @@ def _audit_log(config: Config, command: str, allow_unaudited: bool) -> EventLog:
     return events
 
 
+def _print_step(event: StepEvent) -> None:
+    """A step event's line; one with acceptance detail (the smoke test's, the gate's, an eval
+    run's) gets its plot below it (80 columns)."""
+    _say(event.line())
+    if event.acceptance:
+        from specconsole.ui.style.acceptance_plot import acceptance_plot
+
+        for line in acceptance_plot(event.acceptance, width=80):
+            _say(line)
+
+
 def _step_printer(events: EventLog) -> Callable[[StepEvent], None]:
-    """Print each step event as it happens and append it to the audit log."""
+    """Print each step event as it happens (:func:`_print_step`) and append it to the audit log."""
     from specconsole.steps import audit
 
-    return audit(events, also=lambda event: _say(event.line()))
+    return audit(events, also=_print_step)
 
 
 async def _connected_host(config: Config, name: str | None, role: str, steps: Steps) -> tuple[HostConfig, Host]:
@@ -228,6 +252,8 @@ async def _deploy(args: argparse.Namespace) -> int:
                             attention_backend=args.attention_backend, health_timeout_s=args.health_timeout,
                             num_steps=args.num_steps, eagle_topk=args.topk, draft_tokens=args.draft_tokens,
                             host_check=not args.no_host_check, rebase=args.rebase)
+    if args.resume is not None:
+        return await _rollout(args, config, events, request, resume=args.resume)
     if args.hosts:
         return await _rollout(args, config, events, request)
     cfg, host = await _connected_host(config, args.host, "serve", steps)
@@ -251,11 +277,15 @@ async def _deploy(args: argparse.Namespace) -> int:
         await host.close()
 
 
-async def _rollout(args: argparse.Namespace, config: Config, events: EventLog, request: Any) -> int:
+async def _rollout(args: argparse.Namespace, config: Config, events: EventLog, request: Any,
+                   resume: str | None = None) -> int:
     """``deploy --hosts PATTERN``: the rollout (actions/rollout/run.py); SIGINT aborts it (what changed
-    is rolled back), a second SIGINT is ignored while the roll-back runs."""
+    is rolled back), a second SIGINT is ignored while the roll-back runs. Its journal is kept in
+    ``<state_dir>/rollouts``; ``deploy --resume [ID] [--undo]`` finishes or undoes one whose console died
+    (actions/rollout/resume.py)."""
     import signal
 
+    from specconsole.actions.rollout import journal as journals
     from specconsole.actions.rollout import run as rollout
     from specconsole.eval.suite import gate_prompts
     from specconsole.hosts import make_host
@@ -263,16 +293,39 @@ async def _rollout(args: argparse.Namespace, config: Config, events: EventLog, r
 
     if args.dry_run:
         raise SpecConsoleError("deploy --hosts: --dry-run is for one host; run it with --host NAME first")
-    chosen = rollout.select(config, args.hosts)
-    opts = rollout.options(config, request, gate=args.gate, canary_wait_s=args.canary_wait,
+    state_dir = config.console.state_dir
+    if resume is not None:
+        journal = journals.find(state_dir, resume or None)
+        if journal.running:
+            raise SpecConsoleError(f"deploy --resume: rollout {journal.id} still runs (console pid {journal.pid}); "
+                                   "abort it there, or wait for it")
+        if journal.ended is not None:
+            raise SpecConsoleError(f"deploy --resume: rollout {journal.id} ended already: {journal.ended['message']}")
+        request = journal.deploy_request()
+        known = {h.name: h for h in config.serve_hosts}
+        missing = [left.name for left in journal.replicas if left.name not in known]
+        if missing:
+            raise SpecConsoleError(f"deploy --resume: the config has no serving host {', '.join(missing)} "
+                                   f"(named by the journal {journal.path})")
+        chosen = [known[left.name] for left in journal.replicas]
+    else:
+        journal = None
+        chosen = rollout.select(config, args.hosts)
+    gate = args.gate if journal is None else (args.gate or journal.gate or None)
+    opts = rollout.options(config, request, gate=gate, canary_wait_s=args.canary_wait,
                            drain_timeout_s=args.drain_timeout, operator=_operator(), gate_prompts=gate_prompts)
     if args.json:
         emit = audit(events, also=lambda e: print(json.dumps({**dataclasses.asdict(e)}), flush=True))
     else:
         emit = _step_printer(events)
     names = ", ".join(h.name for h in chosen)
-    if not _confirm(f"Roll out to {names} (canary {chosen[0].name}) behind {opts.router.url}?", args.yes,
-                    Steps("rollout", emit)):
+    if journal is not None:
+        for line in journal.lines():
+            _say(line)
+        question = f"{'Undo' if args.undo else 'Finish'} rollout {journal.id} on {names}?"
+    else:
+        question = f"Roll out to {names} (canary {chosen[0].name}) behind {opts.router.url}?"
+    if not _confirm(question, args.yes, Steps("rollout", emit)):
         return 0
     hosts = [make_host(h) for h in chosen]
     abort = asyncio.Event()
@@ -290,7 +343,14 @@ async def _rollout(args: argparse.Namespace, config: Config, events: EventLog, r
             if not await h.wait_connected(cfg.ssh.connect_timeout_s + 2):
                 raise HostUnavailable(h.status.last_error or f"{cfg.name}: not reachable")
         replicas = [rollout.Replica(cfg, h) for cfg, h in zip(chosen, hosts, strict=True)]
-        outcome = await rollout.rollout(replicas, opts, emit, abort)
+        if journal is not None:
+            from specconsole.actions.rollout.resume import resume as resume_rollout
+
+            outcome = await resume_rollout(journal, replicas, opts, emit, abort, undo=args.undo)
+        else:
+            opts.journal = journals.Journal.begin(state_dir, request, opts.router.url, [h.name for h in chosen],
+                                                  ",".join(t.text() for t in opts.gate), opts.operator)
+            outcome = await rollout.rollout(replicas, opts, emit, abort)
         return outcome.exit_code
     finally:
         loop.remove_signal_handler(signal.SIGINT)
@@ -388,8 +448,10 @@ def _eval(args: argparse.Namespace) -> int:
     from specconsole.eval.cli import eval_needs_config, run_eval_command
 
     config = load_config(resolve_config_path(args.config)) if eval_needs_config(args) else None
-    emit = _step_printer(EventLog(config.console.audit_log)) if config else None
-    return run_eval_command(args, config, emit=emit)
+    from specconsole.ui.style.acceptance_plot import acceptance_plot
+
+    emit = _step_printer(EventLog(config.console.audit_log)) if config else _print_step
+    return run_eval_command(args, config, emit=emit, plot=acceptance_plot)
 
 
 # --------------------------------------------------------------------------------- main
@@ -501,6 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--drain-timeout", metavar="S", type=option_type(DrainSeconds, "--drain-timeout"),
                     help="with --hosts: the longest wait for a removed replica's requests (default: [router], 60)")
     dp.add_argument("--json", action="store_true", help="with --hosts: print each event as a JSON line")
+    dp.add_argument("--resume", nargs="?", const="", metavar="ID",
+                    help="finish a rollout whose console died (default: the newest unfinished one; `status` names "
+                         "them): each replica's state from its journal and its host agent, then on from there")
+    dp.add_argument("--undo", action="store_true", help="with --resume: roll back every replica the rollout "
+                                                        "changed instead of finishing it")
     dp.add_argument("--algorithm", help="speculative algorithm the host's SGLang offers, e.g. DFLASH, DDTREE or "
                                         "NEXTN (default: keep)")
     dp.add_argument("--draft-window", metavar="N", type=option_type(SpecInt, "--draft-window"),

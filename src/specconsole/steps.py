@@ -19,6 +19,7 @@ from specconsole.base.errors import HostUnavailable, SpecConsoleError
 from specconsole.base.events import EventLog
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command, to_shell
+from specconsole.sglang.acceptance import AcceptanceDetail
 
 T = TypeVar("T")
 
@@ -43,6 +44,9 @@ class StepEvent:
     elapsed_s: float = 0.0     # since the action started
     took_s: float | None = None  # this step or command's own duration
     at: float = field(default_factory=time.time)
+    #: per-request acceptance detail the event's figures came from, a labelled series each (the
+    #: smoke test's; the gate's new config beside the fleet's): the console and the CLI plot it
+    acceptance: tuple[tuple[str, AcceptanceDetail], ...] = ()
 
     def line(self) -> str:
         """One printable line, e.g. ``[  1.2s] serve: restart: $ systemctl restart sglang``."""
@@ -232,7 +236,9 @@ def audit(events: EventLog, also: Emit | None = None) -> Emit:
         events.emit(event.message if event.kind != "command" else f"$ {event.message}",
                     event.host or event.action, level,  # type: ignore[arg-type]
                     action=event.action, kind=event.kind, step=event.step, command=event.command,
-                    exit_status=event.exit_status, elapsed_s=round(event.elapsed_s, 3), took_s=event.took_s)
+                    exit_status=event.exit_status, elapsed_s=round(event.elapsed_s, 3), took_s=event.took_s,
+                    **({"acceptance": [{"label": label, **d.to_json()} for label, d in event.acceptance]}
+                       if event.acceptance else {}))
         if also is not None:
             also(event)
 

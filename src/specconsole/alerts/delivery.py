@@ -13,7 +13,9 @@
   at most every 10 s). Each POST has ``webhook_timeout_s`` for all of it and is tried again
   ``webhook_retries`` times (backoff 0.5 s doubling); an answer's body is never read past 64 KiB.
   Nothing here waits on the network on the caller's behalf: a receiver that hangs delays only
-  the alerts queued behind it.
+  the alerts queued behind it. On the way out, :meth:`WebhookSender.stop` drains: the POST in
+  flight and the alerts still queued get up to ``DRAIN_S`` (2 s) to go out; what is still unsent
+  then is cancelled and said (a warning event naming how many and why), never dropped silently.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ ANSWER_LIMIT = 64 << 10
 #: a full queue says so at most this often
 DROP_NOTE_S = 10.0
 TMUX_TIMEOUT_S = 2.0
+#: how long :meth:`WebhookSender.stop` waits for the POST in flight and the queue to go out
+DRAIN_S = 2.0
 TMUX_MAX_CHARS = 200
 
 
@@ -64,6 +68,8 @@ class WebhookSender:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._noted_at: float | None = None
+        self._closing = False
+        self._in_flight: dict[str, Any] | None = None
 
     def put(self, item: dict[str, Any]) -> None:
         """Queue ``item`` (never waits); a full queue drops its oldest item and counts it."""
@@ -82,20 +88,42 @@ class WebhookSender:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="alert-webhook")
 
-    async def stop(self) -> None:
+    async def stop(self, drain_s: float = DRAIN_S) -> None:
+        """Let the POST in flight and the queued alerts go out for up to ``drain_s``, then cancel
+        what is left and say so (a warning event). A second call, or one before :meth:`start`, does
+        nothing."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is None:
+            return
+        self._closing = True
+        self._wake.set()
+        try:
+            done, _ = await asyncio.wait({task}, timeout=drain_s)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if done:
+            return
+        in_flight, self._in_flight = self._in_flight, None
+        unsent = len(self.queue) + (in_flight is not None)
+        what = (f"the POST of {in_flight.get('alert')} ({in_flight.get('state')}) in flight"
+                if in_flight is not None else "the queue")
+        self.events.emit(f"webhook: stopped after waiting {drain_s:g} s for {what} to {self.url}; "
+                         f"{unsent} alert{'s' * (unsent != 1)} not sent", "webhook", "warning")
 
     async def _run(self) -> None:
         async with httpx.AsyncClient(timeout=self.timeout_s) as client:
             while True:
                 while not self.queue:
+                    if self._closing:
+                        return
                     self._wake.clear()
                     await self._wake.wait()
-                await self._send(client, self.queue.popleft())
+                self._in_flight = self.queue.popleft()
+                await self._send(client, self._in_flight)
+                self._in_flight = None
 
     async def _send(self, client: httpx.AsyncClient, item: dict[str, Any]) -> None:
         backoff = Backoff(self.backoff_initial_s, 8 * self.backoff_initial_s)

@@ -31,6 +31,7 @@ from specconsole.base.validation import num, option_type
 from specconsole.eval.start import start_eval
 from specconsole.eval.store import METRICS, ResultStore, default_results_dir
 from specconsole.eval.suite import Tokens
+from specconsole.sglang.acceptance import NO_DETAIL, Series
 
 if TYPE_CHECKING:
     from specconsole.config import Config
@@ -130,14 +131,20 @@ def _print_event(event: StepEvent) -> None:
     print(event.line(), flush=True)
 
 
-def run_eval_command(args: argparse.Namespace, config: Config | None, emit: Emit | None = None) -> int:
-    """Execute a parsed ``eval`` command; 0 ok, 1 when a task failed (the run is still saved)."""
+#: draws acceptance series as text lines (``specconsole.ui.style.acceptance_plot``, handed in by the CLI)
+Plot = Callable[[Series], list[str]]
+
+
+def run_eval_command(args: argparse.Namespace, config: Config | None, emit: Emit | None = None,
+                     plot: Plot | None = None) -> int:
+    """Execute a parsed ``eval`` command; 0 ok, 1 when a task failed (the run is still saved).
+    ``plot``: the plain-text ``compare`` shows the runs' acceptance histograms with it."""
     store = ResultStore(getattr(args, "results", None))
     cmd = eval_command(args)
     if cmd == "list":
         return _list(store, args.json)
     if cmd == "compare":
-        return _compare(store, args)
+        return _compare(store, args, plot)
     if cmd == "import":
         return _import(store, args.files, args.force, getattr(args, "label", None))
     return asyncio.run(_run(args, config, store, emit or _print_event))
@@ -170,8 +177,8 @@ def _list(store: ResultStore, as_json: bool) -> int:
     return 0
 
 
-def _compare(store: ResultStore, args: argparse.Namespace) -> int:
-    from specconsole.eval.compare import compare, to_json, to_markdown, to_text
+def _compare(store: ResultStore, args: argparse.Namespace, plot: Plot | None = None) -> int:
+    from specconsole.eval.compare import acceptance_series, compare, to_json, to_markdown, to_text
 
     pool = store.runs()
     runs = [store.resolve(ref, pool) for ref in args.runs]
@@ -185,6 +192,9 @@ def _compare(store: ResultStore, args: argparse.Namespace) -> int:
         sys.stdout.write(to_markdown(cmp))
     else:
         sys.stdout.write(to_text(cmp))
+        series, without = acceptance_series(runs, baseline)
+        if plot is not None and (series or without):
+            sys.stdout.write("\n" + "\n".join(plot(series) if series else [NO_DETAIL]) + "\n")
     return 0
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from specconsole.base.errors import SpecConsoleError
 from specconsole.eval.store import METRICS, EvalRun
+from specconsole.sglang.acceptance import AcceptanceDetail, AcceptanceTally
 
 COMPARE_SCHEMA = "specconsole.eval.compare/1"
 NA = "n/a"
@@ -413,3 +414,37 @@ def to_json_obj(cmp: Comparison) -> dict[str, Any]:
 
 def to_json(cmp: Comparison) -> str:
     return json.dumps(to_json_obj(cmp), indent=2, ensure_ascii=False) + "\n"
+
+
+# ------------------------------------------------------------------------- acceptance detail
+
+
+def run_acceptance(run: EvalRun) -> AcceptanceTally:
+    """The run's per-request acceptance histograms (its ok tasks' stored ``meta_info``), summed;
+    draft positions from its deployment (``num_draft_tokens - 1``, else the block's)."""
+    dep = run.deployment
+    n = dep.num_draft_tokens or dep.block_size or 0
+    tally = AcceptanceTally(n - 1 if n > 1 else 0)
+    for t in run.ok_tasks:
+        tally.add(t.meta_info)
+    return tally
+
+
+def acceptance_series(runs: list[EvalRun], baseline: EvalRun | None) -> tuple[
+        tuple[tuple[str, AcceptanceDetail], ...], bool]:
+    """The plot's series for ``runs`` beside ``baseline``: the first run with detail that is not the
+    baseline, then the baseline's (at most two, as the canary beside the fleet); and whether a
+    selected run was measured speculatively without any (say so once)."""
+    series: list[tuple[str, AcceptanceDetail]] = []
+    without = False
+    for r in [*(r for r in runs if baseline is None or r.id != baseline.id), *([baseline] if baseline else [])]:
+        tally = run_acceptance(r)
+        detail = tally.detail()
+        without = without or tally.speculative_without_detail
+        if detail is None:
+            continue
+        if r is baseline:
+            series.append((f"{r.label} (baseline)", detail))
+        elif not series or len(runs) == 1:
+            series.append((r.label, detail))
+    return tuple(series[:2] if baseline is None or len(series) <= 2 else [series[0], series[-1]]), without

@@ -25,9 +25,11 @@ from collections.abc import Callable
 from typing import Any
 
 from specconsole.base.values import as_int
+from specconsole.eval.compare import run_acceptance
 from specconsole.eval.store import Deployment, EvalRun, ResultStore, TaskResult, make_run_id, utc_now_iso
 from specconsole.eval.suite import Suite, Task
 from specconsole.sglang import ServerInfo, SglangClient, SglangError
+from specconsole.sglang.acceptance import NO_DETAIL
 from specconsole.steps import Steps
 
 #: Called after each task: (result, tasks finished so far, total tasks).
@@ -226,6 +228,20 @@ def _tool() -> str:
     return f"specconsole {__version__}"
 
 
+def _say_acceptance(run: EvalRun, steps: Steps) -> None:
+    """The run's histogram of accepted drafts (a line the console and the CLI plot), or, once,
+    that the server gave none."""
+    tally = run_acceptance(run)
+    detail = tally.detail()
+    if detail is None and not tally.speculative_without_detail:
+        return  # vanilla, or no ok task: nothing to show or say
+    steps.begin("acceptance", "accepted drafts per verify step over the run's tasks (meta_info)")
+    if detail is not None:
+        steps.emit("info", detail.summary(), acceptance=((run.label, detail),))
+    else:
+        steps.info(NO_DETAIL)
+
+
 def summary_line(run: EvalRun) -> str:
     avg = run.average("acceptance_length")
     tps = run.average("tokens_per_s")
@@ -256,6 +272,7 @@ async def run_and_save(url: str, suite: Suite, store: ResultStore, *, steps: Ste
         except SglangError as exc:
             steps.failed(f"cannot read the deployment: {exc}")
             raise
+        _say_acceptance(run, steps)
         steps.begin("save", f"saving to {store.root}")
         saved = store.save(run)
         if saved.failed_tasks:

@@ -22,6 +22,8 @@ from specconsole.lab.doubles.sglang_versions import BASE_VERSION, DDTREE_VERSION
 StartupSeconds = Annotated[float, num(ge=0, le=3600, why="the simulated SGLang's load time", example=3)]
 
 
+#: the routers the lab can put in front of its replicas (``--router``)
+ROUTERS = ("sglang-router", "smg")
 #: serving replicas behind the lab's router
 Replicas = Annotated[int, num(ge=1, le=16, why="serving replicas on this machine", example=3)]
 
@@ -46,6 +48,9 @@ def add_lab_parsers(sub: Any) -> None:
     de.add_argument("--serve", type=option_type(Replicas, "--serve"), default=1, metavar="N",
                     help="serving replicas: N >= 2 runs serve .. serveN behind a real sglang-router (m marks them in "
                          "the fleet view, R rolls a change out)")
+    de.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
+                    help="with --serve N: the router in front of the replicas (default sglang-router 0.3.2; smg: "
+                         "SGLang's current gateway)")
 
     lab = sub.add_parser("lab", help="the local test lab: two SSH hosts, torchrun, SGLang under systemctl")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
@@ -60,6 +65,9 @@ def add_lab_parsers(sub: Any) -> None:
     up.add_argument("--serve", type=option_type(Replicas, "--serve"), default=1, metavar="N",
                     help="serving replicas: N >= 2 starts serve, serve2 .. serveN (DFLASH window 16) behind a real "
                          "sglang-router on loopback (for `specconsole deploy --hosts 'serve*'`)")
+    up.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
+                    help="with --serve N: the router in front of the replicas (default sglang-router 0.3.2; smg: "
+                         "SGLang's current gateway, PyPI smg)")
     for action in (up, lab_sub.add_parser("down", help="stop everything the lab started"),
                    lab_sub.add_parser("status", help="is the lab running, and where is its config"),
                    lab_sub.add_parser("freeze-training", help="the training job keeps running but makes no "
@@ -84,7 +92,7 @@ def _demo(args: argparse.Namespace) -> int:
     # the DDTree build (sgl-project/sglang PR #29907): the operator's "z-lab DDTree, up to 16 draft
     # tokens" can be deployed; it offers DFLASH and the others as 0.5.23 does
     lab = Lab(lab_dir, LabOptions(sglang_startup_s=args.sglang_startup, sglang_version=args.sglang_version,
-                                  serve=args.serve), say=_say)
+                                  serve=args.serve, router=args.router), say=_say)
     if lab.state.hosts:
         owner = lab.state.owner_pid
         if owner_alive(owner) and owner != os.getpid():
@@ -147,7 +155,8 @@ def _lab(args: argparse.Namespace) -> int:
     lab_dir = Path(args.dir).expanduser() if args.dir else None
     if args.lab_command == "up":
         options = LabOptions(sglang_startup_s=args.sglang_startup, trainer=not args.no_trainer,
-                             sglang_version=args.sglang_version, serve=args.serve, slurm=args.slurm)
+                             sglang_version=args.sglang_version, serve=args.serve, slurm=args.slurm,
+                             router=args.router)
         lab = Lab(lab_dir, options, say=_say)
         try:
             lab.up()

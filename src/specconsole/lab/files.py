@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -11,3 +12,8 @@ def write_file(path: Path, text: str, mode: int | None = None) -> None:
     path.write_text(text)
     if mode is not None:
         path.chmod(mode)
+
+
+def toml_str(value: object) -> str:
+    """``value`` as a TOML basic string (a YAML one too): JSON's escaping is TOML's."""
+    return json.dumps(str(value))

@@ -65,6 +65,10 @@ class Failed(Exception):
 
 #: /server_info keys an SGLang build may report a setting under instead: builds from before the
 #: window flag's rename report only ``speculative_dflash_draft_window_size``.
+#: SGLang's per-request acceptance histogram in ``meta_info`` (0.5.23's name, then the earlier
+#: releases'; same shape: steps by drafts accepted): the smoke line quotes it as the server gave it
+HISTOGRAM_FIELDS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+NO_DETAIL = "no per-request acceptance detail from this server"
 SERVER_INFO_ALIASES = {"speculative_draft_window_size": ("speculative_dflash_draft_window_size",)}
 
 
@@ -93,6 +97,8 @@ class Agent:
         self.plan = plan
         self.progress = open(progress_path, "a", encoding="utf-8")  # noqa: SIM115
         self.seq = 0
+        self.drafts = 0  # draft tokens per verify step, from the new server's /server_info
+        self._emitting = threading.Lock()
         self.t0 = time.monotonic()
         self.step = ""
         self.locked = False
@@ -102,11 +108,12 @@ class Agent:
 
     # -- reporting ---------------------------------------------------------------------
     def emit(self, kind: str, message: str, **extra: Any) -> None:
-        self.seq += 1
-        event = {"seq": self.seq, "t": round(time.monotonic() - self.t0, 3), "at": time.time(),
-                 "kind": kind, "step": self.step, "message": message, **extra}
-        self.progress.write(json.dumps(event) + "\n")
-        self.progress.flush()   # readers see it at once; only the outcome waits for the disk
+        with self._emitting:  # the router link's guard thread speaks too
+            self.seq += 1
+            event = {"seq": self.seq, "t": round(time.monotonic() - self.t0, 3), "at": time.time(),
+                     "kind": kind, "step": self.step, "message": message, **extra}
+            self.progress.write(json.dumps(event) + "\n")
+            self.progress.flush()   # readers see it at once; only the outcome waits for the disk
         if kind == "final":
             self.outcome = self.outcome or str(extra.get("outcome", ""))
             os.fsync(self.progress.fileno())
@@ -291,7 +298,8 @@ class Agent:
                 return 1
             return self.rollback(reason, existed)
         finally:
-            self.unlock()
+            if self.router is None or not self.router.removed:
+                self.unlock()   # else held through the hold, a rollback by verdict and the rejoin (main)
             self.prune_workdirs()
 
     def prune_workdirs(self) -> None:
@@ -314,6 +322,8 @@ class Agent:
         if status != 200:
             raise Failed(f"/server_info answered {status or text}")
         info = json.loads(text)
+        drafts = info.get("speculative_num_draft_tokens") if isinstance(info, dict) else None
+        self.drafts = drafts - 1 if isinstance(drafts, int) and drafts > 1 else 0
         wrong = disagreements(info, self.plan["expect"])
         if wrong:
             raise Failed("the running server disagrees with the new config: " + ", ".join(wrong))
@@ -336,8 +346,19 @@ class Agent:
         latency = meta.get("e2e_latency") or took
         verify = meta.get("spec_verify_ct")
         accept = (tokens / verify) if verify else 1.0
+        extra: dict[str, Any] = {}
+        detail = ""
+        found = next(((name, meta[name]) for name in HISTOGRAM_FIELDS if isinstance(meta.get(name), list)
+                      and meta[name] and all(isinstance(n, int) and n >= 0 for n in meta[name])), None)
+        if found is not None:
+            extra = {"accept_histogram": found[1], "histogram_field": found[0], "drafts": self.drafts}
+            detail = (f"; accepted drafts per verify step [{', '.join(map(str, found[1]))}] "
+                      f"({found[0]}, {sum(found[1])} steps)")
+        elif verify:
+            detail = f"; {NO_DETAIL}"
         self.emit("info", f"smoke: {tokens} tokens in {latency:.2f}s = {tokens / latency:.1f} tok/s, "
-                  f"acceptance length {accept:.2f}", tokens_per_s=tokens / latency, accept_length=accept)
+                  f"acceptance length {accept:.2f}{detail}", tokens_per_s=tokens / latency, accept_length=accept,
+                  **extra)
 
     def restore(self) -> int:
         """Roll back a deploy that succeeded earlier (its work folder ``restore_from``): its backup
@@ -499,6 +520,8 @@ def main(argv: list[str]) -> int:
         except Exception as err:
             agent.emit("final", f"deploy agent crashed re-adding the replica: {err!r}", outcome="out_of_router",
                        phase="router")
+        finally:
+            agent.unlock()  # held through the hold and the rejoin (RouterLink.release); never left behind
     return rc
 
 

@@ -20,6 +20,22 @@ Then the agent, on the host, owns the replica's place in the router:
    ``final`` event: ``in_router`` or ``out_of_router``.
 
 So no replica stays out of the router longer than the drain timeout after the console is gone.
+
+The router's own faults, each said in one line and ended safely:
+
+- ``/workers`` answering 5xx or not at all: every call is retried (heartbeats say what it last
+  answered) for ``router_wait_s`` (default 30 s); a removal that never gets through ends the run
+  before anything changed (the replica stays in the router on its old config);
+- a worker the router already dropped: said, deployed out of the router, and put back at the end;
+- the router restarted while the replica is out: a restarted router re-adds the workers on its
+  command line once they answer /health, the replica being changed among them. A guard thread
+  (:meth:`RouterLink.keep_out`) reads ``GET /workers`` every second while the replica is out and
+  takes it out again at once, saying so; it says when the router stops and starts answering;
+  putting back a replica the router lists already (healthy) adds it no second time.
+
+The deploy lock is held until the replica is back (the hold and a rollback by verdict included):
+no other deploy can start on the host in between.
+
 A rollout's roll-back of a replica already promoted is an agent run with ``restore_from`` (the
 promoting deploy's work folder): take out, drain, restore that deploy's backup, health, back in.
 """
@@ -28,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -45,6 +62,10 @@ if TYPE_CHECKING:
 HEARTBEAT_S = 0.5
 #: how long the router may take to process a queued worker removal or addition
 ROUTER_JOB_S = 60.0
+#: how long a router that answers /workers with 5xx (or not at all) is retried before giving up
+ROUTER_WAIT_S = 30.0
+#: how often the guard reads the router's workers while the replica is out
+GUARD_S = 1.0
 
 
 def running_requests(metrics: str) -> float | None:
@@ -69,6 +90,11 @@ class RouterLink:
         self.worker = str(cfg["worker_url"]).rstrip("/")
         self.removed = False
         self.verdict = ""  # what the hold ended with: promote, rollback ..., timeout (the final event says it)
+        self.problem = ""  # what the router's last failed GET /workers answered
+        self.wait_s = float(cfg.get("router_wait_s", ROUTER_WAIT_S))
+        self._guard: threading.Thread | None = None
+        self._guarding = threading.Event()
+        self._calls = threading.Lock()  # the guard and the main thread share the router's API
 
     # -- the router's worker API ------------------------------------------------------------
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
@@ -84,15 +110,38 @@ class RouterLink:
             return 0, f"{type(err).__name__}: {err}"
 
     def listed(self) -> list[dict[str, Any]] | None:
-        """This replica's entries in ``GET /workers`` (None: the router did not answer)."""
-        status, text = self._call("GET", "/workers")
+        """This replica's entries in ``GET /workers`` (None: the router did not answer with a list;
+        :attr:`problem` says what it answered)."""
+        with self._calls:
+            status, text = self._call("GET", "/workers")
         if status != 200:
+            self.problem = (f"HTTP {status}: {text.strip()[:100]}" if status else text[:120]) or "no answer"
             return None
         try:
             workers = json.loads(text).get("workers", [])
         except (ValueError, AttributeError):
+            self.problem = f"not a worker list: {text.strip()[:80]!r}"
             return None
         return [w for w in workers if isinstance(w, dict) and str(w.get("url", "")).rstrip("/") == self.worker]
+
+    def listed_waiting(self) -> list[dict[str, Any]] | None:
+        """:meth:`listed`, retried with heartbeats for ``router_wait_s`` while the router answers
+        5xx or nothing (None: it never did)."""
+        got: list[list[dict[str, Any]] | None] = [None]
+
+        def answered() -> tuple[bool, str]:
+            got[0] = self.listed()
+            return got[0] is not None, f"GET {self.url}/workers answered {self.problem}; retrying"
+
+        first = self.listed()
+        if first is not None:
+            return first
+        self.agent.emit("warning", f"the router {self.url} answered GET /workers with {self.problem}; retrying "
+                        f"for up to {self.wait_s:g}s")
+        if self._until("waiting for the router's worker list", answered, self.wait_s):
+            self.agent.emit("info", f"the router {self.url} answers GET /workers again")
+            return got[0]
+        return None
 
     def _until(self, what: str, done: Any, timeout: float) -> bool:
         start = next_beat = time.monotonic()
@@ -110,28 +159,98 @@ class RouterLink:
     def remove_and_drain(self, failed: type[Exception]) -> None:
         a = self.agent
         a.begin("leave the router", f"removing {self.worker} from the router {self.url}")
-        entries = self.listed()
+        entries = self.listed_waiting()
         if entries is None:
-            raise failed(f"the router {self.url} does not answer GET /workers; nothing was changed")
+            raise failed(f"the router {self.url} answered GET /workers with {self.problem} for {self.wait_s:g}s; "
+                         f"{self.worker} stays in the router on its old config (nothing was changed)")
         if not entries:
-            a.emit("warning", f"the router does not list {self.worker}; nothing to remove")
-        for w in entries:
-            wid = urllib.parse.quote(str(w.get("id", "")))
-            a.emit("command", f"DELETE {self.url}/workers/{wid}", command=f"DELETE {self.url}/workers/{wid}")
-            status, text = self._call("DELETE", f"/workers/{wid}")
-            a.emit("result", f"HTTP {status}: {text[:120]}", exit_status=0 if status in (200, 202) else 1)
-            if status not in (200, 202, 404):
-                raise failed(f"the router refused to remove {self.worker}: HTTP {status} {text[:160]}")
+            a.emit("warning", f"the router does not list {self.worker} (it dropped it already); deploying it out of "
+                   "the router, and adding it back after")
+        self.delete(entries, failed)
         self.removed = True
+
+        again = [time.monotonic() + 5.0]
 
         def gone() -> tuple[bool, str]:
             now = self.listed()
-            return now == [], "the router still lists it" if now else "the router does not answer"
+            live = [w for w in now or [] if w.get("is_healthy", True)]
+            if live and time.monotonic() > again[0]:  # the removal was lost (a router restarted meanwhile)
+                a.emit("warning", f"the router still lists {self.worker} healthy 5s after its removal; removing it "
+                       "again")
+                self.delete(live, None)
+                again[0] = time.monotonic() + 5.0
+            if now is None:
+                return False, f"the router answers {self.problem}"
+            # smg lists a removed worker unhealthy (no requests) for a few seconds before it drops it
+            return now == [], ("the router still lists it" if live else
+                               "the router lists it unhealthy (its removal in progress)") if now else ""
 
         if not self._until("waiting for the router to drop the worker", gone, ROUTER_JOB_S):
             raise failed(f"the router still lists {self.worker} {ROUTER_JOB_S:g}s after its removal")
         a.emit("info", f"the router no longer sends requests to {self.worker}")
+        self.keep_out()
         self.drain()
+
+    def delete(self, entries: list[dict[str, Any]], failed: type[Exception] | None) -> None:
+        """``DELETE /workers/{id}`` for each entry, retried while the router answers 5xx or nothing
+        (``failed``: raise it when the router never took the removal; None: say so and go on)."""
+        a = self.agent
+        for w in entries:
+            wid = urllib.parse.quote(str(w.get("id", "")))
+            line = f"DELETE {self.url}/workers/{wid}"
+            deadline = time.monotonic() + self.wait_s
+            while True:
+                a.emit("command", line, command=line)
+                with self._calls:
+                    status, text = self._call("DELETE", f"/workers/{wid}")
+                a.emit("result", f"HTTP {status}: {text[:120]}", exit_status=0 if status in (200, 202) else 1)
+                if status in (200, 202, 404):
+                    break
+                if (status and status < 500) or time.monotonic() > deadline:
+                    if failed is not None:
+                        raise failed(f"the router refused to remove {self.worker}: HTTP {status} {text[:160]}; "
+                                     "nothing was changed")
+                    a.emit("warning", f"the router did not take the removal of {self.worker} (HTTP {status})")
+                    break
+                time.sleep(HEARTBEAT_S)
+
+    # -- while out: the guard -----------------------------------------------------------------
+    def keep_out(self) -> None:
+        """Start the guard: while the replica is out, a router that lists it again (restarted with it on
+        its command line) has it taken out again at once; a router that stops answering is said."""
+        if self._guard is not None:
+            return
+        self._guarding.set()
+        self._guard = threading.Thread(target=self._guard_loop, daemon=True)
+        self._guard.start()
+
+    def stop_guard(self) -> None:
+        self._guarding.clear()
+        if self._guard is not None:
+            self._guard.join(10)
+            self._guard = None
+
+    def _guard_loop(self) -> None:
+        a = self.agent
+        down_since: float | None = None
+        while self._guarding.is_set():
+            now = self.listed()
+            if not self._guarding.is_set():
+                break
+            if now is None and down_since is None:
+                down_since = time.monotonic()
+                a.emit("warning", f"the router {self.url} stopped answering GET /workers ({self.problem}); "
+                       f"{self.worker} stays out; watching for its return")
+            elif now is not None and down_since is not None:
+                a.emit("info", f"the router {self.url} answers again after {time.monotonic() - down_since:.1f}s "
+                       "(restarted?)")
+                down_since = None
+            live = [w for w in now or [] if w.get("is_healthy", True)]  # an unhealthy entry gets no requests
+            if live:
+                a.emit("warning", f"the router lists {self.worker} again while it is out (a restarted router "
+                       "re-adds the workers on its command line); taking it out again")
+                self.delete(live, None)
+            self._guarding.wait(GUARD_S)
 
     def drain(self) -> None:
         a = self.agent
@@ -159,9 +278,12 @@ class RouterLink:
     def finish(self, rc: int, outcome: str) -> int:
         """After the deploy's final event: hold for the verdict (a deployed replica), then put it
         back unless it does not serve. Returns the exit status."""
-        if not self.removed:
-            return rc
         a = self.agent
+        if not self.removed:  # never taken out (the lock or the router refused): it stays where it was
+            self.release()
+            a.emit("final", f"{self.worker} was not taken out of the router {self.url}; nothing to put back",
+                   outcome="in_router", phase="router", verdict="")
+            return rc
         if outcome == "deployed" and self.cfg.get("hold"):
             verdict = self.verdict = self.wait_verdict()
             if verdict.startswith("rollback"):
@@ -169,13 +291,23 @@ class RouterLink:
                 existed = os.path.exists(os.path.join(a.plan["workdir"], "backup.conf"))
                 rc = a.rollback(reason, existed, journal=False)
                 outcome = "rolled_back" if rc == 1 else "rollback_failed"
+        self.stop_guard()
         if outcome == "rollback_failed":
-            a.step = ""
+            self.release()
             a.emit("final", f"{self.worker} stays out of the router {self.url}: it does not serve "
                    "(the rollback failed)", outcome="out_of_router", phase="router")
             return rc
         self.put_back()
         return rc
+
+    def release(self) -> None:
+        """Before the router's final event: the deploy lock, held since the deploy began, goes now
+        (a console that follows the final event with another deploy of this host finds it free)."""
+        a = self.agent
+        a.step = ""
+        if a.locked:
+            a.unlock()
+            a.emit("info", f"released the lock {a.plan['lock_path']}")
 
     def wait_verdict(self) -> str:
         a = self.agent
@@ -203,12 +335,22 @@ class RouterLink:
         a.begin("rejoin the router", f"adding {self.worker} back to the router {self.url}")
         line = f"POST {self.url}/workers {json.dumps({'url': self.worker})}"
         deadline = time.monotonic() + ROUTER_JOB_S
+        status = 0
         while True:
+            now = self.listed()
+            if now and all(w.get("is_healthy", True) for w in now):
+                a.emit("info", f"the router lists {self.worker} already, healthy (a restarted router re-added it); "
+                       "not adding it twice")
+                status = 200
+                break
             a.emit("command", line, command=line)
-            status, text = self._call("POST", "/workers", {"url": self.worker})
+            with self._calls:
+                status, text = self._call("POST", "/workers", {"url": self.worker})
             a.emit("result", f"HTTP {status}: {text[:120]}", exit_status=0 if status in (200, 201, 202) else 1)
             if status in (200, 201, 202) or time.monotonic() > deadline:
                 break
+            a.emit("warning", f"the router did not take {self.worker} back (HTTP {status or text[:80]}); "
+                   f"retrying for {deadline - time.monotonic():.0f}s more")
             time.sleep(1.0)
 
         def healthy() -> tuple[bool, str]:
@@ -217,11 +359,11 @@ class RouterLink:
             return ok, "listed, not yet healthy" if now else "not listed yet"
 
         if self._until("waiting for the router to list the worker healthy", healthy, ROUTER_JOB_S):
-            a.step = ""
+            self.release()
             a.emit("final", f"{self.worker} is back in the router {self.url}", outcome="in_router", phase="router",
                    verdict=self.verdict)
         else:
-            a.step = ""
+            self.release()
             a.emit("final", f"{self.worker} is NOT back in the router {self.url} after {ROUTER_JOB_S:g}s (last: "
                    f"HTTP {status}); add it: curl -X POST {self.url}/workers -d '{{\"url\": \"{self.worker}\"}}'",
                    outcome="out_of_router", phase="router", verdict=self.verdict)

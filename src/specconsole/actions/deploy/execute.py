@@ -24,6 +24,7 @@ from specconsole.actions.deploy.privilege import ALIVE_SH, agent_python
 from specconsole.base.errors import HostUnavailable
 from specconsole.hosts import CommandResult, Host
 from specconsole.hosts.commands import Command
+from specconsole.sglang.acceptance import AcceptanceDetail
 from specconsole.sglang.unit import quote_exec
 from specconsole.steps import HEARTBEAT_S, Steps, shorten
 
@@ -92,22 +93,22 @@ async def execute(host: Host, plan: DeployPlan, steps: Steps, operator: str = ""
     ``extra`` goes into the agent's plan as well (a rollout's ``router`` section).
     """
     steps.begin("upload", f"copying the deploy agent and plan to {plan.workdir}")
-    (await _run_reattaching(host, steps, ["mkdir", "-p", plan.workdir])).check(host.name)
+    (await run_reattaching(host, steps, ["mkdir", "-p", plan.workdir])).check(host.name)
     for name, text in (*((name, source.read_text()) for name, source in AGENT_FILES.items()),
                        ("plan.json", json.dumps({**agent_plan(plan, operator), **(extra or {})}, indent=2))):
         path = f"{plan.workdir}/{name}"
         # write a temp file and rename: a repeated upload never leaves a half-written file
-        res = await _run_reattaching(host, steps, ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh", path],
+        res = await run_reattaching(host, steps, ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh", path],
                                      input=text)
         res.check(host.name)
     progress = f"{plan.workdir}/progress.jsonl"
     steps.begin("start the agent", "starting the supervised restart-verify-rollback step on the host")
-    res = (await _run_reattaching(host, steps, _launch_command(plan))).check(host.name)
+    res = (await run_reattaching(host, steps, _launch_command(plan))).check(host.name)
     steps.info(f"{res.stdout.strip() or 'agent started'} on {host.name}; following {progress}")
-    return await follow(host, plan, progress, steps)
+    return await follow(host, plan.workdir, steps)
 
 
-async def _run_reattaching(host: Host, steps: Steps, cmd: Command, input: str | None = None) -> CommandResult:
+async def run_reattaching(host: Host, steps: Steps, cmd: Command, input: str | None = None) -> CommandResult:
     """Run an idempotent command; if the connection drops before it reports its exit status,
     say so, reconnect and run it again."""
     while True:
@@ -119,21 +120,23 @@ async def _run_reattaching(host: Host, steps: Steps, cmd: Command, input: str | 
             if res.exit_status is not None:
                 return res
             why = "the connection dropped before the command reported its exit status"
-        await _reconnect(host, steps, why, "repeating the step (it is safe to repeat)")
+        await reconnect(host, steps, why, "repeating the step (it is safe to repeat)")
 
 
-async def _reconnect(host: Host, steps: Steps, why: str, then: str) -> None:
-    steps.warn(f"lost the connection to {host.name} ({why}); the deploy continues on the host; "
-               f"reconnecting to follow it")
+async def reconnect(host: Host, steps: Steps, why: str, then: str,
+                    what: str = "the deploy continues on the host; reconnecting to follow it") -> None:
+    """Say the connection is lost (and ``what`` goes on meanwhile), wait for the host's own reconnect
+    with heartbeats, then say it is back and ``then``."""
+    steps.warn(f"lost the connection to {host.name} ({why}); {what}")
     await asyncio.sleep(0.2)   # let the host notice a half-closed connection
     started = time.monotonic()
     while not await host.wait_connected(HEARTBEAT_S):
         steps.emit("heartbeat", f"waiting to reconnect to {host.name} for "
                    f"{time.monotonic() - started:.0f}s; last seen: {host.status.last_error}")
-    steps.info(f"reconnected to {host.name}; re-attaching to the deploy: {then}")
+    steps.info(f"reconnected to {host.name}; re-attaching: {then}")
 
 
-async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps, after: int = 0) -> DeployOutcome:
+async def follow(host: Host, workdir: str, steps: Steps, after: int = 0) -> DeployOutcome:
     """Relay the agent's events as steps until its final event; survive dropped connections.
 
     While the agent is silent for more than a heartbeat interval, a heartbeat says so (with
@@ -141,6 +144,7 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps, afte
     as crashed with the agent's own output. ``after``: the events up to this sequence number were
     relayed already (a rollout follows the agent again after its first final event).
     """
+    progress = f"{workdir}/progress.jsonl"
     seen = after
     events: list[dict[str, Any]] = []
     last = time.monotonic()
@@ -159,7 +163,7 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps, afte
                             steps.emit("heartbeat", f"waiting for the deploy agent on {host.name}: no event for "
                                        f"{quiet:.1f}s; last: {shorten(last_msg)}")
                             if quiet > AGENT_SILENT_S:
-                                crashed = await _agent_gone(host, plan)
+                                crashed = await _agent_gone(host, workdir)
                                 if crashed is not None:
                                     steps.failed(crashed)
                                     return DeployOutcome("crashed", crashed, events)
@@ -187,7 +191,7 @@ async def follow(host: Host, plan: DeployPlan, progress: str, steps: Steps, afte
                     raise reader.exception()  # type: ignore[misc]
             raise HostUnavailable(f"{host.name}: the progress stream ended")
         except HostUnavailable as err:
-            await _reconnect(host, steps, first_line(err), f"following its progress after event {seen}")
+            await reconnect(host, steps, first_line(err), f"following its progress after event {seen}")
             last = time.monotonic()
 
 
@@ -200,19 +204,19 @@ async def _pump(lines: AsyncIterator[str], out: asyncio.Queue[str | None]) -> No
         out.put_nowait(None)
 
 
-async def _agent_gone(host: Host, plan: DeployPlan) -> str | None:
+async def _agent_gone(host: Host, workdir: str) -> str | None:
     """None while the agent runs (or the host cannot say); else why it is gone."""
-    pid_file = shlex.quote(f"{plan.workdir}/agent.pid")
+    pid_file = shlex.quote(f"{workdir}/agent.pid")
     try:
         res = await host.run(f"{ALIVE_SH}alive \"$(cat {pid_file} 2>/dev/null)\" && echo running || "
-                             f"tail -c 600 {shlex.quote(plan.workdir + '/agent.out')}", timeout=10)
+                             f"tail -c 600 {shlex.quote(workdir + '/agent.out')}", timeout=10)
     except (HostUnavailable, TimeoutError):
         return None
     if res.exit_status is None or res.stdout.startswith("running"):
         return None
     out = res.stdout.strip().splitlines()
     return (f"the deploy agent on {host.name} stopped without a final event"
-            + (f": {out[-1]}" if out else "") + f"; check {plan.workdir}/agent.out and the unit's state")
+            + (f": {out[-1]}" if out else "") + f"; check {workdir}/agent.out and the unit's state")
 
 
 def _relay(steps: Steps, ev: dict[str, Any], host: str) -> None:
@@ -227,6 +231,9 @@ def _relay(steps: Steps, ev: dict[str, Any], host: str) -> None:
         outcome = ev.get("outcome")
         (steps.done if outcome in ("deployed", "in_router") else steps.failed)(message)
         return
+    detail = AcceptanceDetail.from_json({"histogram": ev.get("accept_histogram"), "requests": 1,
+                                         "drafts": ev.get("drafts"), "field": ev.get("histogram_field")}) \
+        if "accept_histogram" in ev else None
     steps.emit(kind if kind in ("command", "result", "heartbeat", "info", "warning", "error") else "info",
                message, command=ev.get("command"), exit_status=ev.get("exit_status"), took_s=ev.get("took_s"),
-               host=host)
+               host=host, acceptance=((host, detail),) if detail is not None else ())

@@ -6,6 +6,11 @@ gate's prompts) or ``tok_s`` (completion tokens / the server's own end-to-end la
 default ``accept_len>=0.95*baseline,tok_s>=0.9*baseline``. The baseline is the same prompts on a
 replica not yet changed in the same run; both go straight to the replica (not through the router),
 one prompt at a time at temperature 0, so both runs see the same prompts the same way.
+
+Where the replicas return per-request acceptance detail (``meta_info``'s histogram of accepted
+drafts, :mod:`specconsole.sglang.acceptance`), the gate's figures carry it summed over the prompts,
+and :func:`acceptance_figures` puts the changed replica beside the fleet's baseline for the plot;
+a server without it is said once (``no per-request acceptance detail from this server``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specconsole.base.errors import SpecConsoleError
+from specconsole.sglang.acceptance import NO_DETAIL, AcceptanceDetail, AcceptanceTally
 
 METRICS = {"accept_len": "acceptance length", "tok_s": "tokens/s"}
 _TERM = re.compile(r"^\s*(?P<metric>[a-z_]+)\s*>=\s*(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?baseline\s*$")
@@ -66,6 +72,12 @@ class Figures:
     tok_s: float
     prompts: int
     tokens: int
+    #: the histogram of accepted drafts over the prompts (None: the server gave none)
+    acceptance: AcceptanceDetail | None = None
+    #: the server answered speculatively without any histogram
+    no_detail: bool = False
+    #: the replica measured (its name)
+    where: str = ""
 
     def get(self, metric: str) -> float:
         return float(getattr(self, metric))
@@ -99,13 +111,16 @@ Generate = Callable[[str, int], Awaitable[dict[str, Any]]]
 
 
 async def measure(generate: Generate, prompts: list[tuple[str, int]],
-                  progress: Callable[[int, int], None] | None = None) -> Figures:
+                  progress: Callable[[int, int], None] | None = None, *, where: str = "", drafts: int = 0) -> Figures:
     """Send each ``(text, max_new_tokens)`` through ``generate`` (``SglangClient.generate``) one at
-    a time; sum completion tokens, verify steps and the server's own latency."""
+    a time; sum completion tokens, verify steps, the server's own latency and the acceptance
+    histograms (``drafts``: draft tokens per verify step, when known)."""
     tokens = verify = 0
     latency = 0.0
+    hist = AcceptanceTally(drafts)
     for i, (text, max_new) in enumerate(prompts):
         meta = (await generate(text, max_new)).get("meta_info") or {}
+        hist.add(meta)
         n = int(meta.get("completion_tokens") or 0)
         tokens += n
         verify += int(meta.get("spec_verify_ct") or 0) or n  # no speculation: one token per step
@@ -115,4 +130,24 @@ async def measure(generate: Generate, prompts: list[tuple[str, int]],
     if tokens <= 0 or latency <= 0:
         raise GateError("the gate's prompts gave no tokens (or no e2e_latency in meta_info); "
                         "check the replica's /generate")
-    return Figures(tokens / max(1, verify), tokens / latency, len(prompts), tokens)
+    return Figures(tokens / max(1, verify), tokens / latency, len(prompts), tokens, hist.detail(),
+                   hist.speculative_without_detail, where)
+
+
+def acceptance_figures(figures: Figures, baseline: Figures | None, *, role: str = "new config",
+                       said: bool = False) -> tuple[str, tuple[tuple[str, AcceptanceDetail], ...]] | None:
+    """The line and plot series for ``figures`` beside the fleet's ``baseline``: the changed
+    replica first, the fleet second. None when there is nothing to show and nothing to say (or
+    :data:`NO_DETAIL` was ``said`` already)."""
+    series: list[tuple[str, AcceptanceDetail]] = []
+    if figures.acceptance is not None:
+        series.append((f"{figures.where or 'replica'} ({role})", figures.acceptance))
+    if baseline is not None and baseline.acceptance is not None and baseline is not figures:
+        series.append((f"{baseline.where or 'baseline'} (fleet)", baseline.acceptance))
+    if not series:
+        return (NO_DETAIL, ()) if figures.no_detail and not said else None
+    lengths = " vs ".join(f"{label} {d.accept_length:.2f}" for label, d in series)
+    line = f"acceptance per verify step: {lengths} (from {series[0][1].field})"
+    if figures.acceptance is None and figures.no_detail:
+        line = f"{figures.where}: {NO_DETAIL}; {line}"
+    return line, tuple(series)

@@ -14,10 +14,17 @@ Then per replica, in order (the first is the canary):
 4. the agent puts the replica back and says so; the console follows it to that event.
 
 After the canary, ``canary_wait_s`` holds (heartbeats with the canary's live figures). A failed
-gate, a failed deploy or an abort (``abort`` set: SIGINT headless, the abort key in the console)
+gate, a failed deploy, an error the rollout cannot go past (a replica's host or the router that
+stays away) or an abort (``abort`` set: SIGINT headless, the abort key in the console)
 halts: every replica promoted in this run is rolled back in parallel (each an agent run that
 takes it out, drains, restores, waits for health and puts it back), and the last lines say what
 each replica serves (its ``/server_info``) and whether the router lists it.
+
+A dropped SSH connection to a replica is said within a second (:func:`_watch_connections`; the
+host reconnects on its own with backoff) and every step that needs the host waits for it and
+goes on: the agent's part never depended on the connection (:func:`execute` re-attaches), the
+verdict's write is repeated, the gate and the canary's readings reopen their tunnel. Each state
+change is written to the rollout's journal (:mod:`.journal`) when ``opts.journal`` is set.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specconsole.actions.deploy.execute import execute, first_line, follow
+from specconsole.actions.deploy.execute import execute, first_line, follow, reconnect, run_reattaching
 from specconsole.actions.deploy.preflight import (
     DeployOutcome,
     DeployPlan,
@@ -39,11 +46,20 @@ from specconsole.actions.deploy.preflight import (
     sglang_client,
 )
 from specconsole.actions.rollout.board import Board
-from specconsole.actions.rollout.gate import Figures, GateError, Threshold, Verdict, judge, measure
+from specconsole.actions.rollout.gate import (
+    Figures,
+    GateError,
+    Threshold,
+    Verdict,
+    acceptance_figures,
+    judge,
+    measure,
+)
+from specconsole.actions.rollout.journal import Journal
 from specconsole.actions.rollout.router import Worker, list_workers, same_url
-from specconsole.base.errors import ConfigError, SpecConsoleError
+from specconsole.base.errors import ConfigError, HostUnavailable, SpecConsoleError
 from specconsole.config import Config, HostConfig, RouterConfig
-from specconsole.hosts import Host
+from specconsole.hosts import CommandResult, Host
 from specconsole.steps import HEARTBEAT_S, Emit, StepEvent, Steps
 
 
@@ -62,6 +78,10 @@ class Replica:
     in_router: bool | None = None
     #: what the agent's hold ended with (promote, rollback ..., timeout: no verdict in time)
     verdict_seen: str = ""
+    #: this run's deploy folder on the host (a roll-back restores its backup; the journal keeps it)
+    workdir: str = ""
+    #: called after each state change (the journal's write)
+    on_change: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -82,6 +102,12 @@ class RolloutOptions:
     canary_wait_s: float = 0.0
     drain_timeout_s: float = 60.0
     operator: str = ""
+    #: how long the host agent retries a router that answers /workers with 5xx or not at all
+    router_wait_s: float = 30.0
+    #: the rollout's journal (None: none written)
+    journal: Journal | None = None
+    #: the gate's baseline, measured already (a resumed rollout's); None: measured first
+    baseline: Figures | None = None
 
 
 @dataclass
@@ -102,6 +128,8 @@ def _set(r: Replica, steps: Steps, state: str) -> None:
     r.state = state
     gate = f"; gate {r.figures.text()}" if r.figures is not None else ""
     steps.emit("info", f"replica {r.name}: {state}{gate}")
+    if r.on_change is not None:
+        r.on_change()
 
 
 class Halt(Exception):
@@ -115,6 +143,29 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
     if board is not None:
         emit = _feeding(board, emit)
     top = Steps("rollout", emit)
+    journal = opts.journal
+    if journal is not None:
+        for r in replicas:
+            r.on_change = lambda: journal.note(replicas)
+        top.info(f"journal: {journal.path} (if this console dies: specconsole deploy --resume {journal.id})")
+    watcher = asyncio.create_task(_watch_connections(replicas, emit))
+    try:
+        out = await _rollout(replicas, opts, emit, abort, top, board)
+    except BaseException as err:
+        if journal is not None and not isinstance(err, asyncio.CancelledError):
+            journal.note(replicas)
+            journal.end(False, f"error: {first_line(err)}")
+        raise
+    finally:
+        watcher.cancel()
+    if journal is not None:
+        journal.note(replicas)
+        journal.end(out.ok, out.message)
+    return out
+
+
+async def _rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abort: asyncio.Event, top: Steps,
+                   board: Board | None) -> RolloutOutcome:
     names = ", ".join(r.name for r in replicas)
     top.begin("router", f"checking the router {opts.router.url} lists {names}")
     workers = await _router_workers(opts, top)
@@ -124,10 +175,17 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
                                f"{', '.join(w.url for w in workers) or 'no worker'}); set sglang.router_worker_url "
                                f"to the URL the router knows each replica by")
     top.info(f"the router lists all {len(replicas)} replicas")
-    base = replicas[1] if len(replicas) > 1 else replicas[0]
-    top.begin("baseline", f"measuring the gate's {len(opts.prompts)} prompts on {base.name} (not yet changed)")
-    baseline = await _measure(base, top, opts)
-    top.info(f"baseline on {base.name}: {baseline.text()}")
+    if opts.baseline is not None:
+        baseline = opts.baseline
+        top.info(f"baseline (measured before): {baseline.text()}")
+    else:
+        base = replicas[1] if len(replicas) > 1 else replicas[0]
+        top.begin("baseline", f"measuring the gate's {len(opts.prompts)} prompts on {base.name} (not yet changed)")
+        baseline = await _measure(base, top, opts)
+        top.info(f"baseline on {base.name}: {baseline.text()}")
+        _show_acceptance(top, baseline, None, "fleet")
+    if opts.journal is not None:
+        opts.journal.note(replicas, baseline)
     if board is not None:
         board.baseline = baseline
     out = RolloutOutcome(True, "", replicas, baseline)
@@ -141,6 +199,12 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
         except Halt as why:
             halted = str(why)
             break
+        except SpecConsoleError as err:  # a host or the router that stayed away: stop, undo what changed
+            if r.state in ("deploying", "gating"):
+                _set(r, top, "failed")
+            halted = f"{r.name}: {first_line(err)}"
+            top.error(halted)
+            break
         if i == 0 and opts.canary_wait_s > 0 and len(replicas) > 1:
             halted = await _canary_wait(r, opts, top, abort)
             if halted:
@@ -151,7 +215,7 @@ async def rollout(replicas: list[Replica], opts: RolloutOptions, emit: Emit, abo
     if halted:
         top.begin("halt", f"rollout halted: {halted}; rolling back every replica changed in this run")
         changed = [r for r in replicas if r.changed]
-        await asyncio.gather(*(_roll_back(r, opts, emit, halted) for r in changed))
+        await roll_back_all(changed, opts, emit, halted)
         out.ok, out.message = False, f"halted: {halted}"
     else:
         plans = [r.plan.summary() for r in replicas if r.plan is not None and r.state == "promoted"]
@@ -173,21 +237,18 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
                canary: bool) -> None:
     steps = Steps("rollout", emit, host=r.name)
     _set(r, steps, "deploying")
-    steps.begin("preflight", f"{'canary' if canary else 'replica'} {r.name}: preflight")
-    try:
-        plan = await preflight(r.host, r.cfg, opts.request, steps)
-    except DeployRefused as err:
-        _set(r, steps, "failed")
-        steps.failed(f"refused: {err}")
-        raise Halt(f"{r.name}: {err}") from None
+    plan = await _preflight(r, opts, steps, canary)
     r.plan = plan
     if not plan.changes:
         _set(r, steps, "unchanged")
         steps.done(f"{r.name} already runs these settings; left as it is")
         return
     extra = {"router": {"url": opts.router.url, "worker_url": r.worker_url, "hold": True,
-                        "metrics_url": plan.base_url.rstrip("/") + "/metrics",
+                        "metrics_url": plan.base_url.rstrip("/") + "/metrics", "router_wait_s": opts.router_wait_s,
                         "drain_timeout_s": opts.drain_timeout_s, "verdict_path": f"{plan.workdir}/verdict"}}
+    r.workdir = plan.workdir
+    if r.on_change is not None:
+        r.on_change()
     outcome = await execute(r.host, plan, steps, operator=opts.operator, extra=extra)
     if outcome.outcome != "deployed":
         _set(r, steps, "rolled back" if outcome.outcome == "rolled_back" else "failed")
@@ -204,12 +265,13 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
     r.verdict = verdict.line
     shown = f" ({r.figures.text()})" if r.figures else ""
     (steps.info if verdict.passed else steps.error)(f"{r.name}: {verdict.line}{shown}")
+    if r.figures is not None:
+        _show_acceptance(steps, r.figures, baseline, "canary" if canary else "new config")
     if abort.is_set() and verdict.passed:
         verdict = Verdict(False, "aborted by the operator")
     word = "promote" if verdict.passed else f"rollback {verdict.line}"
     steps.begin("verdict", f"telling the agent on {r.name}: {word.split(':')[0]}")
-    res = await steps.run(r.host, ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh",
-                                   f"{plan.workdir}/verdict"], input=word + "\n")
+    res = await _write_verdict(r, plan, steps, word, opts)
     if not res.ok:
         steps.warn(f"could not write the verdict ({res.stderr.strip()[:120]}); the agent puts {r.name} back "
                    f"after {opts.drain_timeout_s:g}s")
@@ -229,12 +291,69 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
     raise Halt(f"{r.name}: {verdict.line}")
 
 
+async def _preflight(r: Replica, opts: RolloutOptions, steps: Steps, canary: bool) -> DeployPlan:
+    """Preflight (reads only: repeated after a dropped connection, once the host is back)."""
+    while True:
+        steps.begin("preflight", f"{'canary' if canary else 'replica'} {r.name}: preflight")
+        try:
+            return await preflight(r.host, r.cfg, opts.request, steps)
+        except DeployRefused as err:
+            _set(r, steps, "failed")
+            steps.failed(f"refused: {err}")
+            raise Halt(f"{r.name}: {err}") from None
+        except HostUnavailable as err:
+            await reconnect(r.host, steps, first_line(err), "repeating the preflight (it only reads)",
+                            what="the rollout waits; nothing on the host was changed yet")
+
+
+async def _write_verdict(r: Replica, plan: DeployPlan, steps: Steps, word: str,
+                         opts: RolloutOptions) -> CommandResult:
+    """The verdict into the agent's ``verdict`` file (temp file + rename: repeated after a drop). A host
+    that stays away past the hold: the agent puts the replica back as it is and the rollout sees it."""
+    cmd = ["sh", "-c", 'cat > "$1.tmp" && mv -f "$1.tmp" "$1"', "sh", f"{plan.workdir}/verdict"]
+    try:
+        return await asyncio.wait_for(run_reattaching(r.host, steps, cmd, input=word + "\n"),
+                                      max(10.0, opts.drain_timeout_s))
+    except TimeoutError:
+        return CommandResult("verdict", None, "", f"{r.name} stayed unreachable", 0.0)
+
+
+async def _watch_connections(replicas: list[Replica], emit: Emit) -> None:
+    """Say a replica's dropped SSH connection within a second, each reconnect attempt, and its return
+    (the host reconnects on its own with backoff)."""
+    seen = {r.name: (r.host.status.state, r.host.status.attempt) for r in replicas}
+    steps = {r.name: Steps("rollout", emit, host=r.name) for r in replicas}
+    while True:
+        await asyncio.sleep(0.2)
+        for r in replicas:
+            st = r.host.status
+            before, attempt = seen[r.name]
+            if (st.state, st.attempt) == (before, attempt):
+                continue
+            seen[r.name] = (st.state, st.attempt)
+            s = steps[r.name]
+            s.step = ""
+            retry = (f"; next try in {max(0.0, st.next_retry_at - time.time()):.1f}s"
+                     if st.next_retry_at else "")
+            if st.up and before is not st.state:
+                s.info(f"SSH connection to {r.name} is back (reconnected)")
+            elif not st.up and before.value == "connected":
+                s.warn(f"SSH connection to {r.name} dropped ({st.last_error or st.state}); reconnecting with "
+                       f"backoff{retry}; what runs on the host goes on")
+            elif not st.up and st.attempt != attempt:
+                s.warn(f"{r.name}: still reconnecting (attempt {st.attempt}{retry}): {st.last_error or st.state}")
+
+
 async def _rejoin(r: Replica, plan: DeployPlan, steps: Steps, outcome: DeployOutcome) -> DeployOutcome:
     """Follow the agent to its router event (back in the router, or why not)."""
     after = max((int(e.get("seq", 0)) for e in outcome.events), default=0)
-    res = await follow(r.host, plan, f"{plan.workdir}/progress.jsonl", steps, after=after)
+    res = await follow(r.host, plan.workdir, steps, after=after)
     r.in_router = res.outcome == "in_router"
     return res
+
+
+async def roll_back_all(changed: list[Replica], opts: RolloutOptions, emit: Emit, why: str) -> None:
+    await asyncio.gather(*(_roll_back(r, opts, emit, why) for r in changed))
 
 
 async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> None:
@@ -246,11 +365,16 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
     steps.begin("roll back", f"rolling {r.name} back to what it served before this rollout")
     plan = replace(r.plan, id=time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3))  # a deploy id of its own
     extra = {"router": {"url": opts.router.url, "worker_url": r.worker_url, "hold": False,
-                        "metrics_url": plan.base_url.rstrip("/") + "/metrics",
+                        "metrics_url": plan.base_url.rstrip("/") + "/metrics", "router_wait_s": opts.router_wait_s,
                         "drain_timeout_s": opts.drain_timeout_s, "verdict_path": ""},
-             "restore_from": r.plan.workdir, "restore_reason": f"rollout halted: {why}"}
+             "restore_from": r.workdir or r.plan.workdir, "restore_reason": f"rollout halted: {why}"}
     try:
-        outcome = await execute(r.host, plan, steps, operator=opts.operator, extra=extra)
+        while True:
+            try:
+                outcome = await execute(r.host, plan, steps, operator=opts.operator, extra=extra)
+                break
+            except HostUnavailable as err:  # every step of execute is safe to repeat
+                await reconnect(r.host, steps, first_line(err), "repeating the roll-back's start (safe to repeat)")
         await _rejoin(r, plan, steps, outcome)
     except SpecConsoleError as err:
         _set(r, steps, "failed")
@@ -263,21 +387,34 @@ async def _roll_back(r: Replica, opts: RolloutOptions, emit: Emit, why: str) -> 
 async def _canary_wait(r: Replica, opts: RolloutOptions, top: Steps, abort: asyncio.Event) -> str:
     top.begin("canary wait", f"holding {opts.canary_wait_s:g}s on the canary {r.name} before the rest")
     end = time.monotonic() + opts.canary_wait_s
-    async with await sglang_client(r.host, r.cfg, top) as client:
+    client = None
+    try:
         while True:  # at least one reading, even when opening the client took the whole wait
             if abort.is_set():
                 return "aborted by the operator during the canary wait"
             try:
-                m = await top.watch(client.metrics(), f"GET {client.display_url}/metrics of the canary {r.name}")
+                if client is None:  # (again) after a failed reading: its tunnel may have gone with the connection
+                    client = await sglang_client(r.host, r.cfg, top)
+                m = await asyncio.wait_for(
+                    top.watch(client.metrics(), f"GET {client.display_url}/metrics of the canary {r.name}"),
+                    max(HEARTBEAT_S, end - time.monotonic()) + 5)
                 figures = (f"{m.gen_throughput or 0:.0f} tok/s, accept {m.spec_accept_length or 0:.2f}, "
                            f"{m.running_reqs or 0} running")
-            except SpecConsoleError as err:
-                figures = f"/metrics: {first_line(err)}"
+            except (SpecConsoleError, TimeoutError) as err:
+                tunnel_gone = not r.host.status.up and r.cfg.sglang is not None and r.cfg.sglang.tunnel
+                figures = ("no reading: the SSH tunnel went with the connection; reading again once it is back"
+                           if tunnel_gone else f"/metrics: {first_line(err)}")
+                if client is not None:
+                    await client.aclose()
+                client = None
             left = max(0.0, end - time.monotonic())
             top.emit("heartbeat", f"canary {r.name}: {left:.0f}s left; live: {figures}")
             if left <= 0:
                 break
             await asyncio.sleep(min(HEARTBEAT_S, left))
+    finally:
+        if client is not None:
+            await client.aclose()
     top.info(f"canary wait over; {r.name} live: {figures}")
     return ""
 
@@ -287,13 +424,32 @@ async def _router_workers(opts: RolloutOptions, steps: Steps) -> list[Worker]:
     return await steps.watch(list_workers(opts.router.url, opts.router.timeout_s), f"GET {opts.router.url}/workers")
 
 
-async def _measure(r: Replica, steps: Steps, opts: RolloutOptions) -> Figures:
-    async with await sglang_client(r.host, r.cfg, steps) as client:
-        async def generate(text: str, max_new: int) -> dict[str, Any]:
-            return await client.generate(text, max_new, 0.0)
+def _show_acceptance(steps: Steps, figures: Figures, baseline: Figures | None, role: str) -> None:
+    """The acceptance histogram beside the fleet's (a line the console and the CLI plot), or, once,
+    that the server gives none."""
+    shown = acceptance_figures(figures, baseline, role=role, said=baseline is not None and baseline.no_detail)
+    if shown is not None:
+        steps.emit("info", shown[0], acceptance=shown[1])
 
-        return await steps.watch(measure(generate, opts.prompts),
-                                 f"gate prompts on {r.name} ({len(opts.prompts)} prompts)")
+
+async def _measure(r: Replica, steps: Steps, opts: RolloutOptions) -> Figures:
+    """The gate's prompts on ``r``; measured again (a new tunnel) once after its SSH connection dropped."""
+    for attempt in (1, 2):
+        try:
+            async with await sglang_client(r.host, r.cfg, steps) as client:
+                async def generate(text: str, max_new: int) -> dict[str, Any]:
+                    return await client.generate(text, max_new, 0.0)
+
+                return await steps.watch(measure(generate, opts.prompts, where=r.name),
+                                         f"gate prompts on {r.name} ({len(opts.prompts)} prompts)")
+        except SpecConsoleError as err:
+            if attempt == 2 or not r.cfg.sglang or not r.cfg.sglang.tunnel:
+                raise
+            if r.host.status.up:
+                steps.warn(f"gate on {r.name}: {first_line(err)}; measuring again through a new tunnel")
+            else:
+                await reconnect(r.host, steps, first_line(err), "measuring the gate's prompts again")
+    raise AssertionError("unreachable")
 
 
 async def _final_lines(replicas: list[Replica], opts: RolloutOptions, top: Steps) -> None:
@@ -317,6 +473,12 @@ async def _final_lines(replicas: list[Replica], opts: RolloutOptions, top: Steps
         r.in_router = any(same_url(u, r.worker_url) for u in listed)
         figures = f"; gate: {r.figures.text()}" if r.figures else ""
         top.info(f"{r.name}: {r.state}; serves {r.serves}; {'in' if r.in_router else 'NOT in'} the router{figures}")
+
+
+#: for the resume (:mod:`.resume`), which settles a dead console's replicas the same way
+say_state = _set
+measure_on = _measure
+final_lines = _final_lines
 
 
 def select(config: Config, pattern: str) -> list[HostConfig]:
@@ -350,4 +512,5 @@ def options(config: Config, request: DeployRequest, *, gate: str | None, canary_
                           operator=operator)
 
 
-__all__ = ["GateError", "Halt", "Replica", "RolloutOptions", "RolloutOutcome", "options", "rollout", "select"]
+__all__ = ["GateError", "Halt", "Replica", "RolloutOptions", "RolloutOutcome", "final_lines", "measure_on", "options",
+           "roll_back_all", "rollout", "say_state", "select"]

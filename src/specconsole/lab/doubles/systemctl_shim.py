@@ -21,7 +21,10 @@ after ``RestartSec`` (at most 5 times in 10 s, then ``Start request repeated too
 and counts ``NRestarts``. A later ``start``/``restart`` takes the unit over, as systemd's cancels
 a pending automatic restart: the earlier supervisor then neither restarts its failed process nor
 reports its failure (systemd would have logged it before that restart returned; seen late, it
-would read as a crash of the new process).
+would read as a crash of the new process). A ``stop`` cancels it too (systemd's stop job replaces
+the pending restart job): the unit's owner becomes ``stopped``, so no supervisor starts the unit
+after it, and one whose own start raced the stop stops what it started (issue 36: a supervisor
+restarting a crash-looping unit started its simulator after the lab's ``systemctl stop``).
 
 ``journalctl -f -n 0`` follows only new lines, as systemd's does (journalctl3 shows 10 old
 lines for ``-n 0``), and ``--show-cursor``/``--after-cursor`` work as systemd's do (a cursor here
@@ -231,6 +234,24 @@ def _owner_file(root: Path, unit: str) -> Path:
     return root / "run" / f"{_unit_name(unit)}.supervisor"
 
 
+#: what the owner file says after an explicit ``stop``: no supervisor owns the unit
+STOPPED = "stopped"
+
+
+def _owner(root: Path, unit: str) -> str:
+    with contextlib.suppress(OSError):
+        return _owner_file(root, unit).read_text().strip()
+    return ""
+
+
+def cancel_restarts(root: Path, unit: str) -> None:
+    """``stop``: cancel every pending automatic restart of ``unit`` (its owner becomes :data:`STOPPED`)."""
+    if unit_files(root, unit):
+        _owner_file(root, unit).parent.mkdir(parents=True, exist_ok=True)
+        _owner_file(root, unit).write_text(f"{STOPPED}\n")
+        _auto_restart_file(root, unit).unlink(missing_ok=True)
+
+
 def _owns(root: Path, unit: str) -> bool:
     """Whether this supervisor still has the unit: a later ``start``/``restart`` took it over."""
     with contextlib.suppress(OSError):
@@ -331,6 +352,8 @@ def supervise(root: Path, systemctl3: str, args: list[str], unit: str) -> int:
             _state_file(root, unit).write_text(f"{n}\n")
             journal(root, unit, f"Scheduled restart job, restart counter is at {n}.")
             subprocess.call(_plain(root, systemctl3, ["start", unit]))
+            if _owner(root, unit) == STOPPED:   # a stop came while it started: it wins, as systemd's would
+                subprocess.call(_plain(root, systemctl3, ["stop", unit]))
         finally:
             marker.unlink(missing_ok=True)
 
@@ -378,6 +401,9 @@ def main(argv: list[str]) -> int:
         if len(units) == 1 and unit_files(root, units[0]) and \
                 service_setting(root, units[0], "Restart", "no") in ("on-failure", "always", "on-abnormal"):
             return supervise(root, systemctl3, args, units[0])
+    if verb == "stop":
+        for unit in (a for a in args[args.index(verb) + 1:] if not a.startswith("-")):
+            cancel_restarts(root, unit)
     if verb == "is-active":
         units = [a for a in args[args.index(verb) + 1:] if not a.startswith("-")]
         if len(units) == 1 and _auto_restart_file(root, units[0]).exists():

@@ -1,14 +1,13 @@
 """The console's config for a lab (``lab.toml``), and the parts of one that configs of other
-shapes share (:func:`console_and_ssh`, :func:`toml_str`)."""
+shapes share (:func:`console_and_ssh`; strings through :func:`specconsole.lab.files.toml_str`)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specconsole.lab.files import write_file
+from specconsole.lab.files import toml_str, write_file
 from specconsole.lab.parts import slurm_cluster
 
 if TYPE_CHECKING:
@@ -97,10 +96,6 @@ interval_s = {o.sglang_interval_s}
 timeout_s = 3.0
 draft_model_path = {toml_str(lab.draft_model_dir())}
 """
-
-
-def toml_str(value: object) -> str:
-    return json.dumps(str(value))  # a TOML basic string
 
 
 def console_and_ssh(lab: LabView, audit_log: Path, state_dir: Path, *, connect_timeout_s: float) -> str:

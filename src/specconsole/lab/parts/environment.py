@@ -50,6 +50,7 @@ from specconsole.lab.doubles.models import (
     write_target_model,
 )
 from specconsole.lab.doubles.sglang_versions import VERSIONS
+from specconsole.lab.files import toml_str
 from specconsole.lab.parts import (
     console_config,
     judge,
@@ -59,7 +60,7 @@ from specconsole.lab.parts import (
     sshd_host,
     training_job,
 )
-from specconsole.lab.parts.console_config import console_and_ssh, toml_str
+from specconsole.lab.parts.console_config import console_and_ssh
 from specconsole.lab.parts.judge import JUDGE_ENV, judge_socket_path
 from specconsole.lab.parts.keys import client_key, write_known_hosts
 from specconsole.lab.parts.state import (
@@ -78,8 +79,8 @@ from specconsole.lab.procs import alive, send_signal
 __all__ = [
     "DRAFT_MODEL", "EAGLE_DRAFT_MODEL", "JUDGE_ENV", "LAB_DIR_ENV", "LAB_PROGRAMS", "LAB_ROOT_ENV", "SMALL_MODEL",
     "TARGET_MODEL", "Lab", "LabError", "LabHost", "LabOptions", "LabState", "console_and_ssh", "default_demo_dir",
-    "default_lab_dir", "free_port", "judge_env", "owner_alive", "running_lab", "toml_str", "write_draft_model",
-    "write_hub_cache", "write_target_model",
+    "default_lab_dir", "free_port", "judge_env", "lab_leftovers", "owner_alive", "running_lab", "toml_str",
+    "write_draft_model", "write_hub_cache", "write_target_model",
 ]
 
 
@@ -235,10 +236,15 @@ class Lab:
             self.stop_sshd(name)
         # what a crashed run left behind: only processes marked as this lab's (never another
         # lab's, even one whose folder name starts with this one's)
-        _kill_marked([str(self.root(name)) for name in ("train", *serve_replicas.started_replicas(self))])
+        _kill_marked(self.marker_roots())
         self.state.started.clear()
         self.state.save()
         self.say(f"lab down in {time.monotonic() - t0:.1f}s")
+
+    def marker_roots(self) -> list[str]:
+        """The markers (host folders) of everything this lab starts: ``lab_leftovers(lab.marker_roots())``
+        after :meth:`down` names what it leaked."""
+        return [str(self.root(name)) for name in ("train", *serve_replicas.started_replicas(self))]
 
     def _clear_previous_run(self) -> None:
         """A fresh lab starts from a clean unit: no drop-in (a deploy's ``zz-specconsole-deploy.conf``
@@ -323,7 +329,37 @@ def owner_alive(pid: int | None) -> bool:
 #: What the lab starts; only these are ended by the crash clean-up (never a shell or tmux that
 #: merely runs inside a lab host's SSH session).
 LAB_PROGRAMS = ("sshd", "specconsole.lab.", "sglang_judge.py", "torch.distributed.run", "agent.py", "systemctl3",
-                "tail -", "sglang_router")
+                "tail -", "sglang_router", "-m smg launch",
+                # the routers retitle themselves (setproctitle): their /proc cmdline is only this
+                "sglang::router", "smg::router")
+
+
+def _marked(roots: list[str]) -> list[tuple[int, list[str]]]:
+    """The live processes (pid, argv) whose environment carries exactly one of ``roots`` as marker."""
+    me = os.getpid()
+    marks = {f"{LAB_ROOT_ENV}={r}".encode() for r in roots}
+    found: list[tuple[int, list[str]]] = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        with contextlib.suppress(OSError):
+            if marks & set((d / "environ").read_bytes().split(b"\0")) and alive(int(d.name)):
+                argv = (d / "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+                found.append((int(d.name), [a for a in argv if a]))
+    return found
+
+
+def _is_pytest(argv: list[str]) -> bool:
+    """Whether ``argv`` runs pytest itself (by its program, never by a path it names: a lab under
+    pytest's tmp folder has ``pytest-of-USER`` in every one of its command lines)."""
+    return bool(argv) and (Path(argv[0]).name.startswith(("pytest", "py.test"))
+                           or argv[1:3] == ["-m", "pytest"])
+
+
+def lab_leftovers(roots: list[str]) -> list[str]:
+    """``PID COMMAND`` of every process still marked as one of ``roots``' (after :meth:`Lab.down`:
+    none, or the lab leaked it)."""
+    return [f"{pid} {' '.join(argv)[:200]}" for pid, argv in _marked(roots) if not _is_pytest(argv)]
 
 
 def _kill_marked(roots: list[str]) -> None:
@@ -331,21 +367,17 @@ def _kill_marked(roots: list[str]) -> None:
 
     Pass after pass (at most 5) until one finds none: a program killed in a pass may have started
     another just before (a host's deploy agent restarting its unit, the systemctl double starting
-    the simulator), which a single pass over /proc missed (a leaked replica simulator was seen)."""
-    me = os.getpid()
-    marks = {f"{LAB_ROOT_ENV}={r}".encode() for r in roots}
+    the simulator), which a single pass over /proc missed (a leaked replica simulator was seen).
+    A program is told by what it runs, never by a path it names: the test labs live under pytest's
+    ``pytest-of-USER`` folder, and a ``"pytest" not in cmdline`` guard here once spared every one of
+    their programs (a crash-looping unit's systemctl double and its simulator outlived the lab)."""
     for _ in range(5):
         killed = 0
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit() or int(d.name) == me:
-                continue
-            with contextlib.suppress(OSError):
-                if not marks & set((d / "environ").read_bytes().split(b"\0")):
-                    continue
-                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-                if any(p in cmdline for p in LAB_PROGRAMS) and "pytest" not in cmdline:
-                    send_signal(int(d.name), signal.SIGKILL)
-                    killed += 1
+        for pid, argv in _marked(roots):
+            cmdline = " ".join(argv)
+            if any(p in cmdline for p in LAB_PROGRAMS) and not _is_pytest(argv):
+                send_signal(pid, signal.SIGKILL)
+                killed += 1
         if not killed:
             return
         time.sleep(0.05)

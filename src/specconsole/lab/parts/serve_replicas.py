@@ -5,10 +5,14 @@ With ``LabOptions(serve=N)`` (N >= 2) the lab's serving host ``serve`` is replic
 ``sglang.service`` running the simulator on its own port; all read the models of ``serve``'s
 ``models/`` (one path for all, as on a fleet). All replicas start
 on the same deployment, DFLASH with the lab's DFlash draft and draft window 16 (what a rollout
-changes). One real router (PyPI ``sglang-router``, a Rust load balancer:
-``python -m sglang_router.launch_router --worker-urls ...``) listens on loopback in front of them;
-its worker API (``GET/POST /workers``, ``DELETE /workers/{id}``) is what a rollout takes a replica
-out of and puts it back into.
+changes). One real router listens on loopback in front of them: PyPI ``sglang-router`` 0.3.2 (a Rust
+load balancer: ``python -m sglang_router.launch_router --worker-urls ...``), or with
+``LabOptions(router="smg")`` (``lab up --router smg``) SGLang's current gateway, PyPI ``smg``
+(``python -m smg launch ...``, the same flags). Their worker API (``GET/POST /workers``, ``DELETE
+/workers/{id}``, both queued: 202 with a ``worker_id``) is what a rollout takes a replica out of and
+puts it back into. Where they differ (measured here, smg 1.13.0): smg keeps a removed worker listed
+unhealthy for ~5 s before it drops it, and answers a second ``POST`` of a listed URL with 409
+(sglang-router 0.3.2: 202, and the entry replaced).
 """
 
 from __future__ import annotations
@@ -136,18 +140,8 @@ def start_router(lab: LabView, timeout: float = 120) -> int:
     urls = [worker_url(lab, n) for n in names]
     _wait_healthy(urls, timeout)
     lab.state.router_port = free_port("127.0.0.1")
+    proc = _spawn_router(lab, urls)
     log = lab.dir / "logs" / "router.log"
-    argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-            "--port", str(lab.state.router_port), "--policy", "round_robin", "--log-level", "warn",
-            # the router's own checks: quick enough to see a replica come back, none counted as a failure
-            "--health-check-interval-secs", "2", "--worker-startup-timeout-secs", "120",
-            "--worker-startup-check-interval", "1", "--worker-urls", *urls]
-    with open(log, "ab") as out:
-        proc = spawn(argv, env=lab.env("serve"), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    lab.state.router_pid = proc.pid
-    lab.state.remember(proc.pid)
-    lab.state.save()
-    lab.say(f"router: $ {' '.join(argv[1:])}")
     deadline = time.monotonic() + timeout
     listed: list[str] = []
     while time.monotonic() < deadline:
@@ -160,6 +154,36 @@ def start_router(lab: LabView, timeout: float = 120) -> int:
         time.sleep(0.2)
     raise LabError(f"lab: sglang-router did not list its {len(urls)} workers within {timeout:g}s "
                    f"(it lists {listed}); see {log}")
+
+
+def _spawn_router(lab: LabView, urls: list[str]) -> subprocess.Popen[bytes]:
+    """The router on ``lab.state.router_port`` with ``urls`` on its command line (its metrics on a free
+    port of their own: sglang-router's default 29000 collides between two labs on one machine)."""
+    log = lab.dir / "logs" / "router.log"
+    program = ["-m", "smg", "launch"] if lab.options.router == "smg" else ["-m", "sglang_router.launch_router"]
+    argv = [sys.executable, *program, "--host", "127.0.0.1",
+            "--port", str(lab.state.router_port), "--policy", "round_robin", "--log-level", "warn",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port("127.0.0.1")),
+            # the router's own checks: quick enough to see a replica come back, none counted as a failure
+            "--health-check-interval-secs", "2", "--worker-startup-timeout-secs", "120",
+            "--worker-startup-check-interval", "1", "--worker-urls", *urls]
+    with open(log, "ab") as out:
+        proc = spawn(argv, env=lab.env("serve"), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    lab.state.router_pid = proc.pid
+    lab.state.remember(proc.pid)
+    lab.state.save()
+    lab.say(f"router: $ {' '.join(argv[1:])}")
+    return proc
+
+
+def restart_router(lab: LabView, down_s: float = 0.0) -> int:
+    """Stop the router and start it again on the same port with the same command line (as a crashed
+    or upgraded router comes back), ``down_s`` later; not waiting for its workers: a restarted
+    router lists each worker once it answers /health (also one a rollout holds out)."""
+    stop_router(lab)
+    time.sleep(down_s)
+    proc = _spawn_router(lab, [worker_url(lab, n) for n in replica_names(lab.options.serve)])
+    return proc.pid
 
 
 def router_workers(lab: LabView) -> list[str]:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specconsole.lab.files import write_file
+from specconsole.lab.files import toml_str, write_file
 from specconsole.lab.parts.state import LabError, free_port
 from specconsole.lab.procs import alive, send_signal, spawn, wait_dead
 
@@ -300,8 +300,6 @@ def _stepds(b: Path) -> list[int]:
 
 def config_table(lab: LabView) -> str:
     """The train host's ``[hosts.slurm]`` in ``lab.toml``."""
-    from specconsole.lab.parts.console_config import toml_str
-
     return f"""
 [hosts.slurm]
 job_name = "{JOB_NAME}"

@@ -112,6 +112,9 @@ class LabOptions:
     #: serving replicas: 1 is the lab's one ``serve`` host; N >= 2 adds ``serve2`` .. ``serveN`` and a
     #: real sglang-router in front of them (:mod:`specconsole.lab.parts.serve_replicas`), all on DFLASH window 16
     serve: int = 1
+    #: the router in front of the replicas (``--serve N``): ``sglang-router`` (PyPI sglang-router 0.3.2) or
+    #: ``smg`` (PyPI smg, SGLang's current gateway, the Shepherd Model Gateway)
+    router: str = "sglang-router"
     #: a real Slurm cluster (:mod:`specconsole.lab.parts.slurm_cluster`); the training job is submitted to it
     slurm: bool = False
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from specconsole.lab.parts.console_config import toml_str  # a TOML (and YAML) basic string
+from specconsole.lab.files import toml_str  # a TOML (and YAML) basic string
 from specconsole.lab.parts.state import free_port
 
 PROMETHEUS_BINARIES = ("prometheus", "/usr/bin/prometheus")

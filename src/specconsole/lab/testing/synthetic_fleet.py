@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specconsole.lab.parts.console_config import console_and_ssh, toml_str
+from specconsole.lab.files import toml_str
+from specconsole.lab.parts.console_config import console_and_ssh
 from specconsole.lab.parts.environment import Lab
 from specconsole.lab.parts.state import LabHost
 

@@ -4,10 +4,13 @@ Structure:
 
 - the data comes from a :class:`~specconsole.monitor.Fleet` (or any
   :class:`~specconsole.ui.console.provider.StatusProvider`); its sources run as their own asyncio tasks,
-  the UI never waits on a host. The app redraws every ``console.refresh_s`` from
-  ``fleet.statuses()``; change notifications only mark hosts dirty, and a connection change (or
-  a host's first data) triggers one coalesced redraw ~50 ms later, so nothing waits a full tick
-  to show a host going down and nothing redraws more than needed.
+  the UI never waits on a host.
+- the panes and their redraw are the app's default screen,
+  :class:`~specconsole.ui.console.console_screen.ConsoleScreen`: it composes them and redraws every
+  ``console.refresh_s`` from ``fleet.statuses()``; change notifications only mark hosts dirty, and a
+  connection change (or a host's first data) triggers one coalesced redraw ~50 ms later, so nothing
+  waits a full tick to show a host going down and nothing redraws more than needed. The app holds
+  the state they are drawn from (fleet, history, staleness, alerts, palette, navigator).
 - the panes (:mod:`specconsole.ui.panes`) render snapshots; layout and colours are in
   ``console.tcss``; its breakpoints lay the panes out by the terminal's size (the host panes side by
   side, each GPU a row when there are 40 rows, else summed up; the eval pane beside serving and
@@ -21,7 +24,7 @@ Structure:
   :class:`~specconsole.ui.registry.ActionSpec` names, the eval run), ``leaving``
   (:class:`~specconsole.ui.console.app_leaving.Leaving`: ``q``, signals, the terminal going away) and
   ``fleet_nav`` (:class:`~specconsole.ui.fleet.fleet_view.FleetNavigator`: fleet view or host panes);
-  the app's methods for Textual's keys, messages and hooks hand over to them.
+  the app's methods for Textual's keys, messages and hooks hand over to them (and to the screen).
 - the per-host panes come from one registry (:data:`specconsole.ui.panes.per_host.PER_HOST_PANES`).
 """
 
@@ -35,21 +38,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 from textual import events as textual_events
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.containers import Container, VerticalScroll
 from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import BUILTIN_THEMES
-from textual.timer import Timer
-from textual.widget import Widget
-from textual.widgets import Footer
 
-from specconsole.base import gc_tuning, paths
+from specconsole.base import paths
 from specconsole.base.events import Event, EventLog
 from specconsole.base.freshness import Staleness
 from specconsole.base.shutdown import ExitGuard, kill_children
@@ -60,16 +59,12 @@ from specconsole.ui.console.app_actions import ConsoleActions
 from specconsole.ui.console.app_alerts import ConsoleAlerts
 from specconsole.ui.console.app_leaving import Leaving
 from specconsole.ui.console.command_palette import ActionsProvider
-from specconsole.ui.console.cropping import CroppingScreen
+from specconsole.ui.console.console_screen import ConsoleScreen
 from specconsole.ui.console.provider import StatusProvider
-from specconsole.ui.fleet.fleet_view import FleetNavigator, FleetView
-from specconsole.ui.fleet.summary_bar import SummaryBar
-from specconsole.ui.panes.action_view import ActionPanel
+from specconsole.ui.fleet.fleet_view import FleetNavigator
 from specconsole.ui.panes.eval_pane import EvalPane
-from specconsole.ui.panes.events_pane import EventList, EventsPane
+from specconsole.ui.panes.events_pane import EventList
 from specconsole.ui.panes.history import History
-from specconsole.ui.panes.pane_base import PerHostPane, View
-from specconsole.ui.panes.per_host import per_host_panes
 from specconsole.ui.registry import (
     BY_ID,
     REGISTRY,
@@ -86,11 +81,6 @@ from specconsole.ui.style.themes import ConsoleState, LoadedThemes, load_themes,
 
 if TYPE_CHECKING:
     from specconsole.recorder.recorder import Recorder
-
-#: How soon after a connection change (or a host's first data) the panes are redrawn.
-COALESCE_S = 0.05
-
-W = TypeVar("W", bound=Widget)
 
 
 class ConsoleApp(App[int]):
@@ -128,12 +118,8 @@ class ConsoleApp(App[int]):
         self.history = History()
         self.console_state = ConsoleState(config.console.state_dir)
         self.start_fleet = start_fleet
-        self._refresh_timer: Timer | None = None
-        self.first_full_frame_at: float | None = None
-        self._pending: Timer | None = None
-        self._refreshes = 0
-        self._panes: list[PerHostPane] | None = None  # the mounted ones, until panes_changed()
-        self._seen: set[str] = set()  # hosts that had complete data at a redraw
+        self.first_full_frame_at: float | None = None  # set by the screen's first complete frame
+        self._console_screen: ConsoleScreen | None = None  # made when Textual asks for the default screen
         self.freshness = Staleness()  # each value's stale state, with hysteresis
         self.fleet_nav = FleetNavigator(self)  # fleet view or host panes (issue 13)
         self.actions = ConsoleActions(self, config=config, fleet=fleet, key_plan=self.key_plan, clock=clock,
@@ -157,6 +143,7 @@ class ConsoleApp(App[int]):
         self.palette = Palette.from_variables(self.get_css_variables())
         for warning in self.key_plan.warnings:
             self.events.emit(warning, level="warning")
+        self._unfinished_rollouts()
         # events reach the pane through this queue (flushed on the UI thread); it starts with
         # what happened before the console opened (the audit log's recent lines)
         self.new_events: deque[Event] = deque(self.events.recent)
@@ -204,48 +191,47 @@ class ConsoleApp(App[int]):
         for theme in self.loaded_themes.themes.values():
             self.register_theme(theme)
 
-    def panes_changed(self) -> None:
-        """Per-host panes were mounted or removed (a fleet drill-down): look them up again."""
-        self._panes = None
-
-    def get_default_screen(self) -> Screen[Any]:
-        return CroppingScreen()  # repaints only the widgets and rows that changed (issue 34)
-
     def get_driver_class(self) -> type[Driver]:
         return self.leaving.driver_class(super().get_driver_class())
 
-    def compose(self) -> ComposeResult:
-        # past console.fleet_threshold hosts: the fleet view, and panes only for a host drilled into
-        panes = per_host_panes(() if self.fleet_nav.fleet_mode else self.config.hosts)
-        yield SummaryBar(id="summary")
-        yield FleetView(self.config, self.fleet_nav, self.key_plan.key_of, id="fleet")
-        with VerticalScroll(id="body"):
-            with Container(id="hosts", classes=f"-n{min(len(panes['hosts']), 3)}"):
-                yield from panes["hosts"]
-            # the eval pane beside a column of the serving and training panes (one under the other
-            # at 80 columns, the eval pane first: its comparison is on the first screen)
-            with Container(id="lower", classes="" if panes["middle"] else "-solo"):
-                yield EvalPane(id="eval")
-                with Container(id="middle"):
-                    yield from panes["middle"]
-            yield EventsPane(self.events, id="events")
-        yield ActionPanel(id="action")
-        yield Footer()
+    def get_default_screen(self) -> Screen[Any]:
+        """The console's own screen: the panes and their redraw (under every dialog)."""
+        self._console_screen = self.new_console_screen()
+        return self._console_screen
+
+    def new_console_screen(self) -> ConsoleScreen:
+        return ConsoleScreen(self)
+
+    @property
+    def console_screen(self) -> ConsoleScreen | None:
+        """The screen with the panes (None until Textual has asked for it)."""
+        return self._console_screen
+
+    def _unfinished_rollouts(self) -> None:
+        """A rollout whose console died (its journal, actions/rollout/journal.py): what each replica was
+        left in, and how to finish or undo it, as the first events."""
+        from specconsole.actions.rollout.journal import unfinished
+
+        try:
+            left = unfinished(self.config.console.state_dir)
+        except OSError as err:
+            self.events.emit(f"rollout journals unreadable: {err}", level="warning")
+            return
+        for journal in left:
+            for line in journal.lines():
+                self.events.emit(f"unfinished {line.strip()}" if line.startswith("rollout") else line.strip(),
+                                 source="rollout", level="warning")
+            self.events.emit(f"finish it: specconsole deploy --resume {journal.id}; undo it: add --undo",
+                             source="rollout", level="warning")
 
     async def on_mount(self) -> None:
-        self.leaving.install()
-        self.fleet.subscribe(self._fleet_changed)
+        self.leaving.install()  # the console screen mounts itself: its panes, its redraws
         self.screen_change_signal.subscribe(self, self.actions.drop_echoes)
         if self._cli_theme and self._cli_theme != self.console_state.theme:
             self._remember_theme(self._cli_theme)
-        self._refresh_timer = self.set_interval(max(0.1, self.config.console.refresh_s), self.refresh_panes,
-                                                name="refresh")
         if self.start_fleet:
             self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
-        self.query_one(ActionPanel).display = False
-        self.fleet_nav.apply()
         self.alerts.start()
-        self.refresh_panes()
 
     async def _start_fleet(self) -> None:
         try:
@@ -266,25 +252,10 @@ class ConsoleApp(App[int]):
         self.leaving.quit_key_pressed(key)
 
     def _stop_redraws(self) -> None:
-        if self._refresh_timer is not None:
-            self._refresh_timer.stop()
+        if self._console_screen is not None:
+            self._console_screen.stop_redraws()
 
-    # -- change notifications (may come from any thread) ----------------------------------
-    def _fleet_changed(self, host: str, kind: str) -> None:
-        if self.leaving.stopping is not None:
-            return  # leaving: hosts closing must not cost redraws
-        if threading.get_ident() != self._console_thread_id:
-            self.call_from_thread(self._fleet_changed, host, kind)
-            return
-        # a set, not a DOM query, for a host's first data: this runs for every sample of every host
-        urgent = kind == "connection" or host not in self._seen
-        if urgent and self._pending is None and self.is_running:
-            self._pending = self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
-
-    def _coalesced_refresh(self) -> None:
-        self._pending = None
-        self.refresh_panes()
-
+    # -- events (may come from any thread) ------------------------------------------------------
     def _event_added(self, event: Event) -> None:
         self.new_events.append(event)  # deque.append is thread-safe
         if not self.is_running:
@@ -295,9 +266,8 @@ class ConsoleApp(App[int]):
             self.call_later(self._flush_events)
 
     def _flush_events(self) -> None:
-        pane = self._one(EventsPane)
-        if pane is not None:
-            pane.flush(self.new_events)
+        if self._console_screen is not None:
+            self._console_screen.flush_events()
 
     # -- drawing -------------------------------------------------------------------------------
     @property
@@ -305,53 +275,18 @@ class ConsoleApp(App[int]):
         """The console's own screen (the bottom of the stack), also while a dialog is open."""
         return context.main_screen(self)
 
-    def _one(self, widget_type: type[W], selector: str | None = None) -> W | None:
-        return context.find(self, widget_type, selector)
-
     def statuses(self) -> dict[str, HostStatus]:
         return {s.name: s for s in self.fleet.statuses()}
 
     def refresh_panes(self) -> None:
-        """Redraw every pane from the latest snapshots (only what changed reaches the screen)."""
-        screen = self.main_screen
-        summary = self._one(SummaryBar)
-        if not self.is_running or screen is None or summary is None:
-            return
-        now = self.clock()
-        statuses = self.statuses()
-        self.alerts.tick(statuses.values(), now)
-        self.history.seed(self.fleet.take_history())  # plots' history from Prometheus' query_range
-        for s in statuses.values():
-            self.history.record(s)
-        view = View(now=now, palette=self.palette, history=self.history, freshness=self.freshness)
-        if self._panes is None:  # the panes change only on a drill-down; walking the DOM does cost
-            self._panes = list(screen.query(PerHostPane))  # every kind in PER_HOST_PANES
-        if self.fleet_nav.body_shown:  # hidden panes do no work
-            for pane in self._panes:
-                pane.show(statuses.get(pane.host.name), view)
-        rows = self.fleet_nav.rows(list(statuses.values()), view)
-        self.fleet_nav.show(view)
-        summary.show(list(statuses.values()), view, rows if self.fleet_nav.fleet_mode else None,
-                     self.alerts.summary())
-        self._seen.update(name for name, s in statuses.items() if s.complete)
-        action = self._one(ActionPanel)
-        if action is not None and action.display:
-            action.redraw(now)
-        self._flush_events()
-        self._refreshes += 1
-        processes = self.fleet_nav.body_shown  # the fleet view does not show GPU processes
-        if self.first_full_frame_at is None and statuses and all(
-                s.filled(processes=processes) for s in statuses.values()):
-            self.call_after_refresh(self._mark_first_full_frame)
+        """Redraw every pane now (the console screen's redraw; ``r``, the fleet view, a replay's keys)."""
+        if self._console_screen is not None:
+            self._console_screen.refresh_panes()
 
-    def _mark_first_full_frame(self) -> None:
-        if self.first_full_frame_at is None:
-            self.first_full_frame_at = time.time()
-            mark = os.environ.get("SPECCONSOLE_FIRST_FRAME_FILE")
-            if mark:  # the frame is on screen now; the collection below comes after it
-                with contextlib.suppress(OSError), open(mark, "w") as f:
-                    f.write(f"{self.first_full_frame_at:.6f}\n")
-            gc_tuning.settle()  # start-up's objects out of the collector's way
+    def panes_changed(self) -> None:
+        """Per-host panes were mounted or removed (a fleet drill-down): the screen looks them up again."""
+        if self._console_screen is not None:
+            self._console_screen.panes_changed()
 
     def watch_theme(self, name: str) -> None:
         self.palette = Palette.from_variables(self.get_css_variables())

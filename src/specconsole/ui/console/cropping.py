@@ -1,9 +1,9 @@
-"""A compositor that repaints only what changed, and the screen that uses it (the console's default).
+"""A compositor that repaints only what changed (the console's screen, ``ConsoleScreen``, uses it).
 
 Deleted in issue 20 (bench/compositor_ab.py measured a median 8 % saving, under its 15 % bar),
 back in issue 34: those figures were taken while the host pane's hidden GPU summary made every
 refresh lay the whole screen out (a full render either way); without that, the same bench at
-200x50 saves 25 % of the UI's CPU per refresh, 37 % of the compositor's.
+200x50 saves 19-25 % of the UI's CPU per refresh, 33-37 % of the compositor's.
 
 Textual (8.x) paints a partial update by rendering, in full, every widget whose *clip* overlaps
 the bounding box of all the dirty regions. Inside a scroll container the clip is the container's
@@ -28,7 +28,6 @@ from collections.abc import Iterable, Iterator
 
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
-from textual.screen import Screen
 from textual.strip import Strip
 
 
@@ -111,12 +110,3 @@ def _cover(cover: list[tuple[int, int]], x0: int, x1: int) -> None:
     merged.append((x0, x1))
     merged.sort()
     cover[:] = merged
-
-
-class CroppingScreen(Screen[None]):
-    """Textual's default screen with :class:`CroppingCompositor` (a screen of the console's own
-    sets ``self._compositor = CroppingCompositor()`` in its ``__init__`` the same way)."""
-
-    def __init__(self) -> None:
-        super().__init__(id="_default")  # the id Textual gives its own default screen
-        self._compositor = CroppingCompositor()

@@ -4,9 +4,9 @@
 :class:`~specconsole.recorder.recording.Cursor`'s at the replay clock; recorded events go into the
 events pane at their own times and the action steps among them into the action view, as they
 were shown. :class:`ReplayApp` is :class:`~specconsole.ui.console.app.ConsoleApp` with the replay clock,
-the timeline bar and the timeline keys (:data:`~specconsole.ui.registry.REPLAY_REGISTRY`); it is
-``OFFLINE``: the destructive actions and the eval are not bound, and ``host(name)`` is None, so
-no key reaches a host.
+the timeline bar (on its :class:`ReplayScreen`) and the timeline keys
+(:data:`~specconsole.ui.registry.REPLAY_REGISTRY`); it is ``OFFLINE``: the destructive actions and
+the eval are not bound, and ``host(name)`` is None, so no key reaches a host.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ from specconsole.hosts import Host
 from specconsole.monitor import ChangeListener, HistoryPoints, HostStatus
 from specconsole.recorder.recording import Recording
 from specconsole.recorder.records import FleetState, step_fields
+from specconsole.sglang.acceptance import AcceptanceDetail
 from specconsole.steps import StepEvent
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.console.app_alerts import ConsoleAlerts
+from specconsole.ui.console.console_screen import ConsoleScreen, ScreenHost
 from specconsole.ui.panes.history import History
 from specconsole.ui.registry import BY_ID, REGISTRY, REPLAY_REGISTRY, ActionSpec, registry_bindings
 
@@ -215,6 +217,24 @@ def _title(action: str) -> str:
     return "Eval run" if action == "eval" else action
 
 
+class ReplayScreen(ConsoleScreen):
+    """The console's screen with the timeline bar under it, redrawn with the panes."""
+
+    def __init__(self, console: ScreenHost, replay: ReplayFleet) -> None:
+        super().__init__(console)
+        self.replay = replay
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        yield TimelineBar(id="timeline")
+
+    def refresh_panes(self) -> None:
+        super().refresh_panes()
+        bar = self._one(TimelineBar)
+        if bar is not None:
+            bar.show_at(self.replay)
+
+
 class ReplayApp(ConsoleApp):
     """The console on a recording (read-only, offline)."""
 
@@ -229,15 +249,8 @@ class ReplayApp(ConsoleApp):
         fleet.on_jump = self._jumped
         self.events.subscribe(self._replayed_step)
 
-    def compose(self) -> ComposeResult:
-        yield from super().compose()
-        yield TimelineBar(id="timeline")
-
-    def refresh_panes(self) -> None:
-        super().refresh_panes()
-        bar = self._one(TimelineBar)
-        if bar is not None:
-            bar.show_at(self.replay)
+    def new_console_screen(self) -> ConsoleScreen:
+        return ReplayScreen(self, self.replay)
 
     def unavailable_reason(self, action_id: str) -> str | None:
         if action_id in BY_ID or action_id not in {s.id for s in REPLAY_REGISTRY}:
@@ -258,7 +271,7 @@ class ReplayApp(ConsoleApp):
         step = StepEvent(str(data["action"]), data["kind"], message, step=str(data.get("step") or ""),
                          host=event.source if event.source != data["action"] else "", command=data.get("command"),
                          exit_status=data.get("exit_status"), elapsed_s=float(data.get("elapsed_s") or 0.0),
-                         took_s=data.get("took_s"), at=event.at)
+                         took_s=data.get("took_s"), at=event.at, acceptance=_acceptance(data.get("acceptance")))
         panel = self.actions.action_panel
         track = panel.track
         if track is not None and track.action != step.action and not track.finished:
@@ -314,3 +327,15 @@ def run_replay(recording: Recording, *, start: float, speed: float, theme: str |
     app = ReplayApp(fleet, replay_config(fleet.state, str(recording.path)), theme=theme, handle_signals=True)
     result = app.run()
     return int(result) if isinstance(result, int) else 0
+
+
+def _acceptance(raw: object) -> tuple[tuple[str, AcceptanceDetail], ...]:
+    """A recorded step's acceptance series (``audit`` writes ``[{label, histogram, ...}]``)."""
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for item in raw:
+        detail = AcceptanceDetail.from_json(item) if isinstance(item, dict) else None
+        if detail is not None:
+            out.append((str(item.get("label") or ""), detail))
+    return tuple(out)

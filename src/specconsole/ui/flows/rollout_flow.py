@@ -27,6 +27,7 @@ def _say(app: FlowContext, message: str) -> None:
 async def rollout_flow(app: FlowContext) -> None:
     from specconsole.actions.rollout import run as rollout
     from specconsole.actions.rollout.board import Board
+    from specconsole.actions.rollout.journal import Journal
     from specconsole.eval.suite import gate_prompts
     from specconsole.ui.flows.flows import _audited, ask_deploy_form
     from specconsole.ui.screens.deploy_form import prefill
@@ -72,6 +73,12 @@ async def rollout_flow(app: FlowContext) -> None:
         opts = rollout.options(app.config, request, gate=None, canary_wait_s=None, drain_timeout_s=None,
                                operator="console", gate_prompts=gate_prompts)
         replicas = [rollout.Replica(cfg, host) for cfg, host in zip(chosen, hosts, strict=True) if host is not None]
+        try:  # what each replica was left in, should this console die (deploy --resume)
+            opts.journal = Journal.begin(app.config.console.state_dir, request, opts.router.url,
+                                         [r.name for r in replicas], ",".join(t.text() for t in opts.gate),
+                                         opts.operator)
+        except OSError as err:
+            steps.warn(f"no rollout journal (deploy --resume cannot pick this rollout up): {err}")
         board = Board(replicas)
         panel.board = board
         app.rollout_abort = asyncio.Event()

@@ -19,7 +19,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 
 from specconsole.actions.rollout.board import Board
+from specconsole.sglang.acceptance import AcceptanceDetail
 from specconsole.steps import StepEvent
+from specconsole.ui.style.acceptance_plot import acceptance_plot
 from specconsole.ui.style.formatting import escape
 from specconsole.ui.widgets.text_block import TextBlock
 
@@ -56,6 +58,8 @@ class ActionTrack:
     latest: str = ""          # the latest heartbeat (or, between heartbeats, the latest event)
     final: StepEvent | None = None
     count: int = 0            # events fed so far
+    #: the latest acceptance detail an event carried (the smoke test's; the gate's beside the fleet's)
+    acceptance: tuple[tuple[str, AcceptanceDetail], ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -84,6 +88,8 @@ class ActionTrack:
 
     def feed(self, event: StepEvent) -> None:
         self.count += 1
+        if event.acceptance:
+            self.acceptance = event.acceptance
         self.started_at = min(self.started_at, event.at - event.elapsed_s)
         if event.kind == "wait":  # the step before it ends here: the operator's time is no step's
             self._close(event.at)
@@ -229,6 +235,8 @@ class ActionPanel(Vertical):
             if self.board is not None:
                 self.board.feed(event)
             self.track.count += 1
+            if event.acceptance:
+                self.track.acceptance = event.acceptance
             self.track.latest = f"{event.host}: {event.message}"
             self.redraw(event.at)
             return True
@@ -267,10 +275,15 @@ class ActionPanel(Vertical):
         state = self.state_line
         tall = self.screen.has_class("-tall") if self.is_attached else False
         board = self.board
-        wanted = (len(board.replicas) + 1 if board is not None else len(track.rows)) + max(1, latest_rows) + 3
+        steps = self.query_one("#action-steps", TextBlock)
+        # the acceptance plot (the smoke test's, the gate's) below the steps or the board, which stay
+        # in view (the step list is cut to the panel's rows); the scroll holds the rest of the plot
+        plot = acceptance_plot(track.acceptance, width=min(80, max(40, steps.size.width or 80))) \
+            if track.acceptance else []
+        wanted = (len(board.replicas) + 1 if board is not None else len(track.rows)) + max(1, latest_rows) + 3 \
+            + len(plot)
         height = max(6, min(16 if tall else 12, wanted))
         rows = height - 2 - latest_rows - (1 if state else 0)  # inside the border, above the last lines
-        steps = self.query_one("#action-steps", TextBlock)
         if board is not None:  # one line per replica (the scroll shows the ones past the panel's height);
             # the rollout's own step is in the title
             lines = [escape(line) for line in board.lines(max(20, steps.size.width or 80), now=now)]
@@ -278,6 +291,7 @@ class ActionPanel(Vertical):
                 title += f" · {escape(track.rows[-1].name)}"
         else:
             lines = track.step_lines(now, rows, width=steps.size.width or None)
+        lines += [escape(line) for line in plot]
         if self._titles != (title, subtitle):
             self._titles = (title, subtitle)
             self.border_title, self.border_subtitle = title, subtitle
@@ -290,8 +304,11 @@ class ActionPanel(Vertical):
         if track.count != self._shown_count:
             self._shown_count = track.count
             scroll = self.query_one("#action-scroll", VerticalScroll)
-            # the newest line into view; no lines added and the end in view already: nothing to scroll
-            if len(lines) != self._shown_lines or scroll.scroll_y < scroll.max_scroll_y:
+            # the steps (or the board) stay in view; an acceptance plot is below them, for the scroll
+            if plot:
+                self.call_after_refresh(scroll.scroll_home, animate=False)
+            # else the newest line into view; no lines added and the end in view already: nothing to scroll
+            elif len(lines) != self._shown_lines or scroll.scroll_y < scroll.max_scroll_y:
                 self.call_after_refresh(scroll.scroll_end, animate=False)
             self._shown_lines = len(lines)
 

@@ -41,6 +41,7 @@ from specconsole.eval.compare import (
     FAILED,
     METRIC_TITLES,
     Comparison,
+    acceptance_series,
     cell_text,
     compare,
     fmt_metric,
@@ -50,8 +51,10 @@ from specconsole.eval.compare import (
     overview,
 )
 from specconsole.eval.store import METRICS, EvalRun, ResultStore, TaskResult
+from specconsole.sglang.acceptance import NO_DETAIL
 from specconsole.steps import StepEvent
 from specconsole.ui.screens.run_detail import RunDetail
+from specconsole.ui.style.acceptance_plot import acceptance_plot
 from specconsole.ui.style.formatting import escape
 
 Emit = Callable[[StepEvent], None]
@@ -157,6 +160,8 @@ class EvalPane(Vertical):
                                                   fixed_columns=1)
                 yield table
                 yield Static("", id="eval-legend", classes="eval-hint")
+                # the histogram of accepted drafts and acceptance by draft position (hidden when empty)
+                yield Static("", id="eval-acceptance", classes="-empty", markup=False)
         yield Static("", id="eval-progress")
         yield RichLog(id="eval-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False)
 
@@ -299,6 +304,7 @@ class EvalPane(Vertical):
         title = self.query_one("#eval-title", Static)
         legend = self.query_one("#eval-legend", Static)
         runs = self.selected
+        self._show_acceptance(runs)
         table.fixed_rows = 0
         table.clear(columns=True)
         self.set_class(not runs, "-empty")  # the message alone, wrapped: no empty table or legend rows
@@ -355,6 +361,16 @@ class EvalPane(Vertical):
         legend.update(escape("average = mean of each run's ok tasks; ▲ best, ▼ worst task per run; "
                              "ratio = run / baseline") + (escape("; tok/s vs vanilla = speedup in tokens/s")
                                                           if cmp.vanilla is not None else ""))
+
+    def _show_acceptance(self, runs: list[EvalRun]) -> None:
+        """The selected runs' acceptance plot (a run beside the baseline), or, once, that their
+        server gave no per-request detail; hidden when there is neither."""
+        plot = self.query_one("#eval-acceptance", Static)
+        series, without = acceptance_series(runs, self._effective_baseline(runs) if len(runs) > 1 else None)
+        lines = acceptance_plot(series, width=min(80, max(40, plot.size.width or self.size.width - 4))) if series else \
+            ([NO_DETAIL] if without else [])
+        plot.update("\n".join(lines))
+        plot.set_class(not lines, "-empty")
 
     def _marked(self, text: str, task: str, best: str | None, worst: str | None) -> Text:
         """A cell: ▲ and the success colour on the best task, ▼ and the error colour on the worst."""

@@ -26,7 +26,11 @@ given prompt a deployment with a higher mean never accepts less), so at temperat
 the same prompt gives the same numbers (temperature > 0 adds per-request randomness and lowers ``q``
 slightly). ``spec_accept_length = completion_tokens / spec_verify_ct``,
 ``spec_num_proposed_drafts = spec_verify_ct * (num_draft_tokens - 1)``,
-``spec_accept_rate = spec_num_correct_drafts / spec_num_proposed_drafts``.
+``spec_accept_rate = spec_num_correct_drafts / spec_num_proposed_drafts``, and
+``spec_correct_drafts_histogram`` (SGLang 0.5.23's name; earlier releases' ``spec_accept_histogram``)
+counts the same steps: index ``n`` = drafts accepted in a step (its tokens minus the bonus), value =
+steps that accepted ``n``; the list is as long as the most accepted plus one (SGLang grows it as
+needed), so ``sum == spec_verify_ct`` and ``sum(n * count) == spec_num_correct_drafts``.
 Generation really takes ``prefill + verify_steps * SGLANG_SIM_STEP_MS * step_cost``
 (step_cost: 1.0 vanilla, 1 + 0.1*steps + 0.02*draft tokens for EAGLE, 1.22 + 0.012*b
 for DFLASH), so tokens / e2e_latency is a meaningful tokens/s.
@@ -196,6 +200,17 @@ class Plan:
     @property
     def decode_s(self) -> float:
         return self.step_s * len(self.steps)
+
+    def correct_drafts_histogram(self) -> list[int]:
+        """Verify steps by drafts accepted (a step's tokens minus its bonus token), as SGLang's
+        ``Req.update_spec_correct_drafts_histogram`` counts them."""
+        hist: list[int] = []
+        for tokens in self.steps:
+            n = max(0, tokens - 1)
+            if len(hist) <= n:
+                hist.extend([0] * (n + 1 - len(hist)))
+            hist[n] += 1
+        return hist
 
 
 def plan_request(spec: SpecModel, prompt_key: str, prompt_tokens: int, max_new_tokens: int,

@@ -212,6 +212,8 @@ class Server:
                 "spec_num_correct_drafts": correct,
                 "spec_num_proposed_drafts": proposed,
             })
+            if verify:  # SGLang 0.5.23 sets it only when the list is not empty
+                meta["spec_correct_drafts_histogram"] = plan.correct_drafts_histogram()
         return {"text": plan.text, "output_ids": None, "meta_info": meta}
 
 
