@@ -176,6 +176,12 @@ async def test_streams_end_on_the_host_when_closed_or_dropped(lab_hosts: Lab) ->
             assert await wait_for(lambda: len(remote_pids(f"tail -n 5 -F {log}")) == 1, 5, step=0.05)
         assert await wait_for(lambda: not remote_pids(f"tail -n 5 -F {log}"), 5, step=0.05)
 
+        # a shell snippet: its shell's own children end too (they once outlived the killed shell)
+        async with host.stream(f"printf 'started\\n'; sleep 37; echo {log}") as s:
+            assert await anext(aiter(s.lines())) == "started"
+            assert await wait_for(lambda: len(remote_pids("sleep 37")) == 1, 5, step=0.05)
+        assert await wait_for(lambda: not remote_pids("sleep 37"), 5, step=0.05)
+
         # dropped connection (sshd killed): the remote tail does not outlive it
         async with host.stream(["tail", "-n", "1", "-F", str(log)]) as s:
             it = aiter(s.lines())

@@ -17,10 +17,13 @@ def to_shell(cmd: Command) -> str:
 # The stream wrapper: the command runs in the background and is killed as soon as our stdin
 # reaches EOF. sshd closes that pipe when the channel closes or the connection drops, so a
 # streaming command (tail -F, nvidia-smi -lms) never outlives the console's connection.
-# `read` is a shell builtin, so killing the watcher subshell leaves no child behind.
+# `read` is a shell builtin, so killing the watcher subshell leaves no child behind. The command runs
+# in a process group of its own (setsid, where the host has it) and the whole group is terminated: a
+# shell snippet's own children (`a; sleep 30`) went on after their shell was killed.
 _WATCHDOG = (
-    'exec 3<&0 </dev/null; "$@" & c=$!; '
-    "{ while read -r _ <&3; do :; done; kill -TERM $c 2>/dev/null; } >/dev/null 2>&1 & w=$!; "
+    'exec 3<&0 </dev/null; '
+    'if command -v setsid >/dev/null 2>&1; then setsid "$@" & c=$!; g=-$c; else "$@" & c=$!; g=$c; fi; '
+    "{ while read -r _ <&3; do :; done; kill -TERM $g 2>/dev/null; } >/dev/null 2>&1 & w=$!; "
     "wait $c; s=$?; kill $w 2>/dev/null; exit $s"
 )
 
