@@ -90,3 +90,12 @@ def test_the_console_does_not_shadow_textuals_own_bookkeeping() -> None:
 def test_textual_is_the_pinned_minor() -> None:
     major, minor = (int(p) for p in textual.__version__.split(".")[:2])
     assert (major, minor) == (8, 2), f"Textual {textual.__version__} is installed; the console is tested on 8.2.x"
+
+
+def test_the_footer_hooks() -> None:
+    from textual.widgets import Footer
+
+    user = "src/specconsole/ui/widgets/footer.py (ConsoleFooter.bindings_changed)"
+    hook(params_of(Footer, "bindings_changed") == ["self", "screen"], "Footer.bindings_changed(self, screen)", user)
+    hook("self._bindings_ready = True" in _source(Footer.bindings_changed), "Footer._bindings_ready", user)
+    hook("app_focus" in _source(Footer.bindings_changed), "Footer skips recomposing without app focus", user)

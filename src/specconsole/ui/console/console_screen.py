@@ -24,7 +24,6 @@ from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from specconsole.base import gc_tuning
 from specconsole.base.events import Event, EventLog
@@ -45,6 +44,7 @@ from specconsole.ui.panes.pane_base import PerHostPane, View
 from specconsole.ui.panes.per_host import per_host_panes
 from specconsole.ui.registry import KeyPlan
 from specconsole.ui.style.formatting import Palette
+from specconsole.ui.widgets.footer import ConsoleFooter
 
 #: How soon after a connection change (or a host's first data) the panes are redrawn.
 COALESCE_S = 0.05
@@ -132,7 +132,7 @@ class ConsoleScreen(Screen[None]):
                     yield from panes["middle"]
             yield EventsPane(console.events, id="events")
         yield ActionPanel(id="action")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self._composed = True  # Mount comes after every child's own compose and mount
