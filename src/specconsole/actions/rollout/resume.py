@@ -26,7 +26,7 @@ from dataclasses import replace
 from specconsole.actions.deploy.execute import first_line, follow, run_reattaching
 from specconsole.actions.deploy.preflight import DeployPlan, DeployRefused, DeployRequest, preflight
 from specconsole.actions.rollout import run
-from specconsole.actions.rollout.gate import Figures, Verdict, judge
+from specconsole.actions.rollout.gate import Figures
 from specconsole.actions.rollout.journal import Journal
 from specconsole.base.errors import SpecConsoleError
 from specconsole.steps import Emit, Steps
@@ -59,12 +59,7 @@ async def resume(journal: Journal, replicas: list[run.Replica], opts: run.Rollou
         run.say_state(r, steps, "gating")
         steps.begin("gate", f"quality gate on {r.name} (held for the dead console's verdict): "
                     f"{len(opts.prompts)} prompts")
-        try:
-            r.figures = await run.measure_on(r, steps, opts)
-            v = judge(r.figures, baseline, opts.gate)
-        except SpecConsoleError as err:
-            v = Verdict(False, f"gate could not measure: {first_line(err)}")
-        r.verdict = v.line
+        v = await run.gate_on(r, steps, opts, baseline)
         (steps.info if v.passed else steps.error)(f"{r.name}: {v.line}")
         return "promote" if v.passed else f"rollback {v.line}"
 
@@ -187,12 +182,7 @@ async def _finish(replicas: list[run.Replica], opts: run.RolloutOptions, emit: E
         steps = Steps("rollout", emit, host=r.name)
         run.say_state(r, steps, "gating")
         steps.begin("gate", f"quality gate on {r.name} (left unjudged): {len(opts.prompts)} prompts")
-        try:
-            r.figures = await run.measure_on(r, steps, opts)
-            verdict = judge(r.figures, baseline, opts.gate)
-        except SpecConsoleError as err:
-            verdict = Verdict(False, f"gate could not measure: {first_line(err)}")
-        r.verdict = verdict.line
+        verdict = await run.gate_on(r, steps, opts, baseline)
         (steps.info if verdict.passed else steps.error)(f"{r.name}: {verdict.line}")
         if not verdict.passed:
             return await _undo(replicas, opts, emit, top, f"{r.name}: {verdict.line}")

@@ -257,12 +257,7 @@ async def _one(r: Replica, opts: RolloutOptions, baseline: Figures, emit: Emit, 
     r.changed = True
     _set(r, steps, "gating")
     steps.begin("gate", f"quality gate on {r.name}: {len(opts.prompts)} prompts straight to the replica")
-    try:
-        r.figures = await _measure(r, steps, opts)
-        verdict = judge(r.figures, baseline, opts.gate)
-    except SpecConsoleError as err:
-        verdict = Verdict(False, f"gate could not measure: {first_line(err)}")
-    r.verdict = verdict.line
+    verdict = await gate_on(r, steps, opts, baseline)
     shown = f" ({r.figures.text()})" if r.figures else ""
     (steps.info if verdict.passed else steps.error)(f"{r.name}: {verdict.line}{shown}")
     if r.figures is not None:
@@ -475,6 +470,18 @@ async def _final_lines(replicas: list[Replica], opts: RolloutOptions, top: Steps
         top.info(f"{r.name}: {r.state}; serves {r.serves}; {'in' if r.in_router else 'NOT in'} the router{figures}")
 
 
+async def gate_on(r: Replica, steps: Steps, opts: RolloutOptions, baseline: Figures) -> Verdict:
+    """The gate's prompts on ``r`` judged against ``baseline`` (kept in ``r.figures`` and ``r.verdict``);
+    a replica the gate cannot measure fails it."""
+    try:
+        r.figures = await _measure(r, steps, opts)
+        verdict = judge(r.figures, baseline, opts.gate)
+    except SpecConsoleError as err:
+        verdict = Verdict(False, f"gate could not measure: {first_line(err)}")
+    r.verdict = verdict.line
+    return verdict
+
+
 #: for the resume (:mod:`.resume`), which settles a dead console's replicas the same way
 say_state = _set
 measure_on = _measure
@@ -512,5 +519,6 @@ def options(config: Config, request: DeployRequest, *, gate: str | None, canary_
                           operator=operator)
 
 
-__all__ = ["GateError", "Halt", "Replica", "RolloutOptions", "RolloutOutcome", "final_lines", "measure_on", "options",
+__all__ = ["GateError", "Halt", "Replica", "RolloutOptions", "RolloutOutcome", "final_lines", "gate_on", "measure_on",
+           "options",
            "roll_back_all", "rollout", "say_state", "select"]
