@@ -9,18 +9,13 @@ import pytest
 
 import sample_data as sd
 from specconsole.ui.console.app import ConsoleApp
-from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 from specconsole.ui.widgets.plot_row import PlotRow
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def frozen_app(tmp_path: Path) -> ConsoleApp:
-    now = sd.FROZEN_NOW
-    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(now),
-                     clock=lambda: now, themes=load_themes([BUNDLED_DIR]))
-    sd.seed_history(app.history, now)
-    return app
+    return sd.frozen_console(str(tmp_path / "state"))  # type: ignore[no-any-return]
 
 
 async def test_plot_row_recolours_with_the_theme(tmp_path: Path) -> None:

@@ -17,18 +17,13 @@ from specconsole.ui.console.cropping import CroppingCompositor
 from specconsole.ui.fleet.summary_bar import SummaryBar
 from specconsole.ui.panes.host_pane import HostPane
 from specconsole.ui.panes.training_pane import TrainingPane
-from specconsole.ui.style.themes import BUNDLED_DIR, load_themes
 from specconsole.ui.widgets.plot_row import PlotRow
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def frozen_app(tmp_path: Path) -> ConsoleApp:
-    now = sd.FROZEN_NOW
-    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(now),
-                     clock=lambda: now, themes=load_themes([BUNDLED_DIR]))
-    sd.seed_history(app.history, now)
-    return app
+    return sd.frozen_console(str(tmp_path / "state"))  # type: ignore[no-any-return]
 
 
 #: A cursor move that writes nothing before the next move, line end or the end: Textual moves to a
