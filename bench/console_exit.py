@@ -29,8 +29,9 @@ from pathlib import Path
 
 from _tools import missing  # bench/_tools.py (scripts run from bench/)
 
+from specconsole.base.pids import alive
 from specconsole.lab.parts.environment import Lab, LabOptions
-from specconsole.lab.procs import alive, sessions, with_environ
+from specconsole.lab.procs import sessions, with_environ
 from specconsole.lab.testing.synthetic_fleet import write_fleet_config, write_training_log
 
 EXE = Path(sys.executable).parent / "specconsole"

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from conftest import wait_for
+from specconsole.base.pids import alive
 from specconsole.base.samples import Sample
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.formats.nvidia_smi import GpuSnapshot, GpuState
 from specconsole.hosts.local import LocalHost
-from specconsole.lab.procs import alive
 from specconsole.sources.gpu import make_gpu_source, nvml_available
 from specconsole.sources.nvidia_smi import NvidiaSmiSource
 from specconsole.sources.nvml import NvmlSource

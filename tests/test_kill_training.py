@@ -17,10 +17,11 @@ import pytest
 
 from conftest import running_lab, wait_for
 from specconsole.actions.kill.training import find_job, kill_job
+from specconsole.base.pids import alive
 from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts.environment import Lab, LabOptions
-from specconsole.lab.procs import alive, children
+from specconsole.lab.procs import children
 from specconsole.steps import StepEvent, Steps
 
 

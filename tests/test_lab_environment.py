@@ -16,8 +16,9 @@ import pytest
 from conftest import wait_for
 from specconsole.base import paths
 from specconsole.base.errors import ConfigError
+from specconsole.base.pids import alive
 from specconsole.lab.parts.environment import Lab, LabOptions
-from specconsole.lab.procs import alive, start_time
+from specconsole.lab.procs import start_time
 
 pytestmark = pytest.mark.usefixtures("lab_parts")  # starts lab parts itself
 

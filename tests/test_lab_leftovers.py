@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from conftest import wait_for
+from specconsole.base.pids import alive
 from specconsole.lab.parts import environment
 from specconsole.lab.parts.environment import LAB_ROOT_ENV, lab_leftovers
-from specconsole.lab.procs import alive
 
 
 def test_a_marked_lab_program_under_a_pytest_folder_is_found_and_killed(tmp_path: Path) -> None:

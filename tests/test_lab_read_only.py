@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from conftest import running_lab, wait_for
+from specconsole.base.pids import alive
 from specconsole.lab.parts.environment import Lab, LabOptions
-from specconsole.lab.procs import alive
 
 pytestmark = pytest.mark.xdist_group("lab-read-only")  # its module lab: one per run, not one per worker
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from specconsole.lab.procs import alive
+from specconsole.base.pids import alive
 
 pytestmark = pytest.mark.usefixtures("lab_parts")  # starts lab parts itself
 

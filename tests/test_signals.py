@@ -32,8 +32,9 @@ from pathlib import Path
 import pytest
 
 from conftest import running_lab, wait_for
+from specconsole.base.pids import alive
 from specconsole.lab.parts.environment import Lab, LabOptions
-from specconsole.lab.procs import alive, sessions, with_environ
+from specconsole.lab.procs import sessions, with_environ
 from specconsole.lab.testing.synthetic_fleet import write_fleet_config, write_training_log
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("signals-lab")]  # one module lab per run

@@ -276,7 +276,7 @@ def test_lab_down_leaves_no_daemon_or_step(tmp_path: Path, lab_parts: None) -> N
         running_job(lab)
     finally:
         lab.down()
-    from specconsole.lab.procs import alive
+    from specconsole.base.pids import alive
 
     assert not [name for name, pid in pids.items() if alive(pid)]
     assert slurm_cluster._stepds(lab.dir / "slurm") == []

@@ -147,6 +147,6 @@ def test_a_stop_cancels_the_pending_automatic_restart(tmp_path: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
-    from specconsole.lab.procs import alive
+    from specconsole.base.pids import alive
 
     return alive(pid)

@@ -1,5 +1,5 @@
-"""Processes on this machine, read from ``/proc``: alive, start time, children, process trees;
-and the lab's daemons: started in their own session and reaped, signalled, waited for.
+"""Processes on this machine, read from ``/proc``: start time, children, process trees (whether one runs:
+``specconsole.base.pids.alive``); and the lab's daemons: started in their own session and reaped, signalled, waited for.
 
 The lab uses these to stop exactly what it started; tests and bench scripts use them to check
 that nothing was left behind.
@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
+
+from specconsole.base.pids import alive
 
 
 class _SshdHost(Protocol):
@@ -40,20 +42,6 @@ def stat_fields(pid: int) -> list[str] | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-
-
-def alive(pid: int | None) -> bool:
-    """Whether ``pid`` runs (a zombie does not; a process we may not signal does)."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    fields = stat_fields(pid)
-    return fields is None or fields[0] not in ("Z", "X")
 
 
 def start_time(pid: int) -> int | None:

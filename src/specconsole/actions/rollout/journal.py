@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from specconsole.actions.deploy.plan import DeployRequest
 from specconsole.actions.rollout.gate import Figures
 from specconsole.base.errors import SpecConsoleError
+from specconsole.base.pids import alive
 from specconsole.sglang.acceptance import HISTOGRAM_FIELDS, AcceptanceDetail
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class Journal:
     @property
     def running(self) -> bool:
         """Its console still runs (this one included)."""
-        return self.ended is None and (self.pid == os.getpid() or _alive(self.pid))
+        return self.ended is None and (self.pid == os.getpid() or alive(self.pid))
 
     @property
     def unfinished(self) -> bool:
@@ -178,18 +179,3 @@ def find(state_dir: str | os.PathLike[str], rid: str | None) -> Journal:
     if not left:
         raise JournalError(f"no unfinished rollout in {folder(state_dir)}: nothing to resume")
     return left[-1]
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):  # a zombie (killed, not yet reaped) is gone
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True

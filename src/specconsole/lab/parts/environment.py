@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from specconsole.base import paths
+from specconsole.base.pids import alive
 from specconsole.lab.doubles import models
 from specconsole.lab.doubles.models import (
     DRAFT_MODEL,
@@ -73,7 +74,7 @@ from specconsole.lab.parts.state import (
     Say,
     free_port,
 )
-from specconsole.lab.procs import alive, send_signal
+from specconsole.lab.procs import send_signal
 
 #: The lab's public names, wherever they are defined (tests and bench scripts import them from here).
 __all__ = [

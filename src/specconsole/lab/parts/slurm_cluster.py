@@ -33,9 +33,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specconsole.base.pids import alive
 from specconsole.lab.files import toml_str, write_file
 from specconsole.lab.parts.state import LabError, free_port
-from specconsole.lab.procs import alive, send_signal, spawn, wait_dead
+from specconsole.lab.procs import send_signal, spawn, wait_dead
 
 if TYPE_CHECKING:
     from specconsole.lab.parts.state import LabView

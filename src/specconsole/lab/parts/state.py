@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Protocol
 
 from specconsole.base.errors import SpecConsoleError
+from specconsole.base.pids import alive
 from specconsole.lab.doubles.sglang_versions import BASE_VERSION
-from specconsole.lab.procs import alive, start_time
+from specconsole.lab.procs import start_time
 
 Say = Callable[[str], None]
 
