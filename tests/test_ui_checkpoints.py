@@ -60,7 +60,9 @@ async def test_D_opens_the_wizard_with_the_selected_checkpoint(lab: Lab, tmp_pat
         assert [r[0] for r in rows] == ["200", "100"]  # newest first
         assert rows[0][3] == "latest no config.json" and rows[1][3] == ""
         assert rows[0][2].endswith("KiB") and rows[0][4] == "dflash-run-step200"
-        assert "checkpoints (2) · D deploys the selected · /" in app.screen_text()
+        # the pane is shown by a class change: its title is on screen after the next layout
+        await wait_for(lambda: "checkpoints (2) · D deploys the selected · /" in app.screen_text(), 10,
+                       what="the checkpoint pane's title on screen", pilot=pilot)
 
         # D on the newest: the wizard, prefilled with its path; Plan is refused naming config.json
         await pilot.press("D")
