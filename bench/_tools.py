@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import sys
@@ -14,6 +15,15 @@ from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
 from specconsole.lab.parts.environment import Lab
 
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def compile_tree(src: str | Path | None = None) -> None:
+    """Write the console's bytecode (``src``: another tree's package folder; default: this one's),
+    as an installed package has it: under PYTHONDONTWRITEBYTECODE=1 an editable tree is compiled
+    again at every start, which a start-up figure would then carry."""
+    import specconsole
+
+    compileall.compile_dir(str(src or Path(specconsole.__file__).parent), quiet=1)
 
 
 def missing(tool: str, install: str = "") -> bool:

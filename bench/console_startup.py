@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _tools import cpu_s, missing, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
+from _tools import compile_tree, cpu_s, missing, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
 
 from specconsole.lab.parts.environment import Lab, LabOptions
 
@@ -49,6 +49,7 @@ def main() -> int:
     args = ap.parse_args()
     if missing("tmux"):
         return 2
+    compile_tree()  # the console's bytecode, as an install has it
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-bench-"))
     lab = Lab(tmp / "lab" / "state", LabOptions(sglang_startup_s=1.0, gpu_interval_s=1.0, sglang_interval_s=1.0))
     lab.up()

@@ -65,7 +65,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from _tools import cpu_s, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
+from _tools import compile_tree, cpu_s, watch_loops_cpu  # bench/_tools.py (scripts run from bench/)
 
 from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import descendants
@@ -532,6 +532,7 @@ def main() -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     sizes = [int(x) for x in args.n.split(",") if x.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-fleet-"))
+    compile_tree(args.src)  # the console's bytecode, as an install has it
     print(f"bench: {os.cpu_count()} CPUs, load {load()}, window {args.duration:g} s, {args.gpus} GPUs/host, "
           f"{args.sources} source(s), console from {args.src or 'this tree'}", flush=True)
     rows: list[Run] = []

@@ -86,6 +86,10 @@ else
 fi
 .venv/bin/python -c "import specconsole, textual, asyncssh, torch" 2>/dev/null || {
   echo "setup: install failed" >&2; exit 1; }
+# The tree's bytecode, as `pip install .` writes it for an installed package: an editable install
+# writes none, and under PYTHONDONTWRITEBYTECODE=1 every console, lab host and CLI started by the
+# tests (and the benches) would compile ~130 modules again (0.1-0.2 CPU-s a start).
+.venv/bin/python -m compileall -q -j 0 src >/dev/null
 
 # Real SGLang 0.5.23's argument parser and resolution, for the lab's serving hosts (their SGLang
 # launcher runs under it, so the deploy's host check asks real SGLang) and the lab simulator's

@@ -372,7 +372,7 @@ def _operator() -> str:
 def _console(args: argparse.Namespace) -> int:
     """The Textual console (imported only here: the headless commands never load Textual)."""
     from specconsole.config import load_config
-    from specconsole.ui.console.app import run_console
+    from specconsole.ui.console.start import run_console
 
     config = load_config(resolve_config_path(args.config))
     return run_console(config, read_only=args.read_only, theme=args.theme, no_audit=args.no_audit,

@@ -256,6 +256,7 @@ class Fleet:
         self.prometheus = make_poller(config, self.events)  # None without [prometheus]
         self.monitors = {h.name: HostMonitor(h, events=self.events, prometheus=self.prometheus)
                          for h in config.hosts}
+        self.stopped = False  # stop() has run to its end
 
     def subscribe(self, listener: ChangeListener) -> None:
         for m in self.monitors.values():
@@ -275,6 +276,7 @@ class Fleet:
         has not finished by then has its connection aborted and is left behind cancelled."""
         stops = [asyncio.ensure_future(m.stop()) for m in self.monitors.values()]
         if not stops:
+            self.stopped = True
             return
         try:
             _, pending = await asyncio.wait(stops, timeout=timeout)
@@ -284,6 +286,7 @@ class Fleet:
                 _, pending = await asyncio.wait(pending, timeout=ABORT_GRACE_S)
                 for task in pending:
                     task.cancel()
+            self.stopped = True
         finally:
             _retrieve(stops)
 

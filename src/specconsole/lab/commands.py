@@ -118,7 +118,7 @@ def _demo(args: argparse.Namespace) -> int:
                 time.sleep(3600)
         _seed_eval(lab.dir / "eval")
         from specconsole.config import load_config
-        from specconsole.ui.console.app import run_console
+        from specconsole.ui.console.start import run_console
 
         _say("demo: opening the console (q quits and stops the demo)")
         return run_console(load_config(lab.config_path), read_only=args.read_only, theme=args.theme,

@@ -30,6 +30,7 @@ Structure:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -53,7 +54,7 @@ from specconsole.base.events import Event, EventLog
 from specconsole.base.freshness import Staleness
 from specconsole.base.shutdown import ExitGuard, kill_children
 from specconsole.config import Config
-from specconsole.monitor import HostStatus
+from specconsole.monitor import Fleet, HostStatus
 from specconsole.ui.console import context
 from specconsole.ui.console.app_actions import ConsoleActions
 from specconsole.ui.console.app_alerts import ConsoleAlerts
@@ -61,6 +62,7 @@ from specconsole.ui.console.app_leaving import Leaving
 from specconsole.ui.console.command_palette import ActionsProvider
 from specconsole.ui.console.console_screen import ConsoleScreen
 from specconsole.ui.console.provider import StatusProvider
+from specconsole.ui.console.start import NEEDS_TERMINAL
 from specconsole.ui.fleet.fleet_view import FleetNavigator
 from specconsole.ui.panes.eval_pane import EvalPane
 from specconsole.ui.panes.events_pane import EventList
@@ -109,8 +111,6 @@ class ConsoleApp(App[int]):
         self.clock = clock
         self.loaded_themes = themes if themes is not None else load_themes()
         if fleet is None:
-            from specconsole.monitor import Fleet
-
             fleet = Fleet(config, events=EventLog(config.console.audit_log))
         self.fleet: StatusProvider = fleet
         self.events: EventLog = fleet.events
@@ -224,13 +224,17 @@ class ConsoleApp(App[int]):
             self.events.emit(f"finish it: specconsole deploy --resume {journal.id}; undo it: add --undo",
                              source="rollout", level="warning")
 
+    def on_load(self) -> None:
+        """The hosts are connected from the loop's first message, before the screen is composed
+        and styled: their handshakes and first readings overlap the console's own start-up."""
+        if self.start_fleet:
+            self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
+
     async def on_mount(self) -> None:
         self.leaving.install()  # the console screen mounts itself: its panes, its redraws
         self.screen_change_signal.subscribe(self, self.actions.drop_echoes)
         if self._cli_theme and self._cli_theme != self.console_state.theme:
             self._remember_theme(self._cli_theme)
-        if self.start_fleet:
-            self.run_worker(self._start_fleet(), name="fleet-start", group="fleet", exit_on_error=False)
         self.alerts.start()
 
     async def _start_fleet(self) -> None:
@@ -413,7 +417,8 @@ class ConsoleApp(App[int]):
 
 def run_console(config: Config, *, read_only: bool, theme: str | None,
                 cleanup: Callable[[], None] | None = None, leave_process: bool = False,
-                no_audit: bool = False, web_session: bool = False) -> int:
+                no_audit: bool = False, web_session: bool = False, fleet: Fleet | None = None,
+                loop: asyncio.AbstractEventLoop | None = None) -> int:
     """The ``specconsole`` command without a subcommand: run the console until q or a signal.
 
     Leaving takes at most the exit deadline (:mod:`specconsole.base.shutdown`); a forced exit runs
@@ -422,6 +427,8 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     interpreter's teardown of every object (seconds at many hosts on a busy machine).
     ``web_session``: a browser's session of ``specconsole web`` (textual-serve's web driver is the
     terminal; the flight recorder is left to the operator's own console: one writer per file).
+    ``fleet`` and ``loop``: a fleet already started on ``loop``, which the console then runs on
+    (:mod:`specconsole.ui.console.start`); else the console makes and starts its own.
     """
     themes = load_themes()
     names = themes.names or ["textual-dark", "textual-light"]
@@ -430,18 +437,17 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
               f"add {paths.config_dir() / 'themes' / theme}.toml or pick one of those", file=sys.stderr)
         return 2
     if not web_session and (not sys.stdout.isatty() or not sys.stdin.isatty()):
-        print("specconsole: the console needs a terminal; for a headless snapshot use "
-              "`specconsole status` (or `status --watch`)", file=sys.stderr)
+        print(NEEDS_TERMINAL, file=sys.stderr)
         return 2
-    app = ConsoleApp(config, read_only=read_only, theme=theme, themes=themes, handle_signals=True,
-                     no_audit=no_audit)
+    app = ConsoleApp(config, fleet=fleet, read_only=read_only, theme=theme, themes=themes, handle_signals=True,
+                     no_audit=no_audit, start_fleet=fleet is None)
     recorder = None if web_session else _start_recorder(app)
     guard = app.exit_guard
     assert guard is not None
     guard.cleanup = cleanup
     app.leaving.leave_process = leave_process
     try:
-        result = app.run()
+        result = app.run(loop=loop)
     finally:
         guard.disarm()
         guard.uninstall()
@@ -461,7 +467,6 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
 def _start_recorder(app: ConsoleApp) -> Recorder | None:
     """The flight recorder (``[recorder]``, on by default): every sample, state change, event and
     action step into ``recorder.path``, written by its own thread (``specconsole replay``)."""
-    from specconsole.monitor import Fleet
     from specconsole.recorder.recorder import start_recording
 
     settings = app.config.recorder.resolved(app.config.console.state_dir)

@@ -106,7 +106,7 @@ class ConsoleScreen(Screen[None]):
         self._compositor = CroppingCompositor()  # renders only the widgets and rows that changed (issue 34)
         self.console = console
         self._redraw_timer: Timer | None = None
-        self._coalesce_timer: Timer | None = None
+        self._coalescing = False  # a coalesced redraw is armed
         self._pane_list: list[PerHostPane] | None = None  # the mounted ones, until panes_changed()
         self._hosts_seen: set[str] = set()  # hosts that had complete data at a redraw
         self._thread_id = threading.get_ident()
@@ -160,11 +160,18 @@ class ConsoleScreen(Screen[None]):
             return
         # a set, not a DOM query, for a host's first data: this runs for every sample of every host
         urgent = kind == "connection" or host not in self._hosts_seen
-        if urgent and self._coalesce_timer is None and self.console.is_running:
-            self._coalesce_timer = self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
+        if urgent and not self._coalescing and self.console.is_running:
+            # armed from the screen's own message loop: a host's task may have been started before
+            # the console (ui/console/start.py), in a context without Textual's, where a timer set
+            # here would never fire
+            self._coalescing = True
+            self.call_later(self._arm_coalesce)
+
+    def _arm_coalesce(self) -> None:
+        self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
 
     def _coalesced_refresh(self) -> None:
-        self._coalesce_timer = None
+        self._coalescing = False
         self.refresh_panes()
 
     def flush_events(self) -> None:
