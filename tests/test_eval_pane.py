@@ -395,7 +395,7 @@ async def test_the_pane_plots_acceptance_of_a_run_beside_its_baseline(tmp_path: 
         pane.select_runs(["old"])
         await pilot.pause()
         assert not plot.has_class("-empty")
-        assert str(plot.render()) == "no per-request acceptance detail from this server"
+        assert str(plot.render()) == "these runs hold no per-request acceptance detail (their server returned none)"
         pane.select_runs(["zlab"])
         await pilot.pause()
         assert plot.has_class("-empty") and str(plot.render()) == ""  # nothing to show, nothing to say

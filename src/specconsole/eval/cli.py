@@ -31,7 +31,7 @@ from specconsole.base.validation import num, option_type
 from specconsole.eval.start import start_eval
 from specconsole.eval.store import METRICS, ResultStore, default_results_dir
 from specconsole.eval.suite import Tokens
-from specconsole.sglang.acceptance import NO_DETAIL, Series
+from specconsole.sglang.acceptance import NO_DETAIL_IN_RUNS, Series
 
 if TYPE_CHECKING:
     from specconsole.config import Config
@@ -194,7 +194,7 @@ def _compare(store: ResultStore, args: argparse.Namespace, plot: Plot | None = N
         sys.stdout.write(to_text(cmp))
         series, without = acceptance_series(runs, baseline)
         if plot is not None and (series or without):
-            sys.stdout.write("\n" + "\n".join(plot(series) if series else [NO_DETAIL]) + "\n")
+            sys.stdout.write("\n" + "\n".join(plot(series) if series else [NO_DETAIL_IN_RUNS]) + "\n")
     return 0
 
 

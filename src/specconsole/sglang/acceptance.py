@@ -30,6 +30,8 @@ from typing import Any
 #: SGLang 0.5.23's name first, then the earlier releases' (same shape)
 HISTOGRAM_FIELDS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 NO_DETAIL = "no per-request acceptance detail from this server"
+#: the same of stored eval runs: it is the run that holds none (its server returned none)
+NO_DETAIL_IN_RUNS = "these runs hold no per-request acceptance detail (their server returned none)"
 #: the most bins kept from one answer (a longer list is not SGLang's)
 MAX_BINS = 1024
 

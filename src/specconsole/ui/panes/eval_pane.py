@@ -51,7 +51,7 @@ from specconsole.eval.compare import (
     overview,
 )
 from specconsole.eval.store import METRICS, EvalRun, ResultStore, TaskResult
-from specconsole.sglang.acceptance import NO_DETAIL
+from specconsole.sglang.acceptance import NO_DETAIL_IN_RUNS
 from specconsole.steps import StepEvent
 from specconsole.ui.screens.run_detail import RunDetail
 from specconsole.ui.style.acceptance_plot import acceptance_plot
@@ -368,7 +368,7 @@ class EvalPane(Vertical):
         plot = self.query_one("#eval-acceptance", Static)
         series, without = acceptance_series(runs, self._effective_baseline(runs) if len(runs) > 1 else None)
         lines = acceptance_plot(series, width=min(80, max(40, plot.size.width or self.size.width - 4))) if series else \
-            ([NO_DETAIL] if without else [])
+            ([NO_DETAIL_IN_RUNS] if without else [])
         plot.update("\n".join(lines))
         plot.set_class(not lines, "-empty")
 
