@@ -31,7 +31,7 @@ Figures per run (the console is a child process; everything is read from ``/proc
 
 ``--demo`` first measures the two-host demo lab (torchrun job, SGLang simulator, Python GPU
 double; all sources) idle in the TUI: the row "two-host demo idle CPU-s/min".
-``--profile FILE`` runs each TUI console under cProfile (its main thread: the event loop),
+``--profile FILE`` runs each console (TUI and headless) under cProfile (its main thread: the event loop),
 enabled by SIGUSR2 at the start of the window and dumped by SIGUSR1 at its end to
 FILE.<mode>-<N> (``python -m pstats FILE.tui-200``); CPU figures then include cProfile's own cost.
 
@@ -224,11 +224,12 @@ def measure_window(pid: int, duration: float, during: Callable[[], None] | None 
 
 def run_headless(config: Path, hosts: int, args: argparse.Namespace) -> Run:
     r = Run("headless", hosts)
-    cmd = [*console_argv(args), "status", "--config", str(config), "--json", "--watch",
-           "--interval", str(args.interval), "--timeout", str(args.settle)]
+    profile = Path(f"{args.profile}.headless-{hosts}") if args.profile else None
+    cmd = [*console_argv(args, profiled=profile is not None), "status", "--config", str(config), "--json",
+           "--watch", "--interval", str(args.interval), "--timeout", str(args.settle)]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=console_env(args.src),
-                            text=True, bufsize=1 << 20)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1 << 20,
+                            env=console_env(args.src, {"BENCH_PROFILE": str(profile)} if profile else None))
     state: dict[str, Any] = {"first": None, "recording": False, "ticks": [], "lines": 0}
 
     def reader() -> None:
@@ -263,7 +264,13 @@ def run_headless(config: Path, hosts: int, args: argparse.Namespace) -> Run:
             r.note += f" exited {proc.returncode}: {proc.stderr.read().strip()[-300:]}"
             return r
         state["recording"] = True
+        if profile is not None:
+            os.kill(proc.pid, signal.SIGUSR2)
         r.cpu_s_min, r.rss_mib = measure_window(proc.pid, args.duration)
+        if profile is not None:
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(2)
+            r.note += f" profile: {profile}"
         state["recording"] = False
         ticks = state["ticks"]
         if len(ticks) > 1:
@@ -521,7 +528,7 @@ def main() -> int:
                     help="first the two-host demo lab (torchrun, SGLang simulator, Python GPU double) idle, TUI")
     ap.add_argument("--demo-sglang-s", type=float, default=1.0,
                     help="the demo's SGLang poll interval (the demo's own: 1; the product default: 2)")
-    ap.add_argument("--profile", help="cProfile each TUI console over the window; stats to FILE.<mode>-<N>")
+    ap.add_argument("--profile", help="cProfile each console (TUI, headless) over the window; stats to FILE.<mode>-<N>")
     ap.add_argument("--size", default="200x50", help="the TUI's terminal size, COLSxROWS")
     ap.add_argument("--host-rc", action="store_true",
                     help="SSH hosts: keep the login shell's rc files (~/.bashrc) for each session")

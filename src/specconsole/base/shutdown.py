@@ -111,11 +111,14 @@ class ExitGuard:
         self._devnull: TextIO | None = None
         #: children that were there before (the demo's lab): a forced exit leaves them to ``cleanup``
         self.spare: frozenset[int] = frozenset()
+        #: the children to spare, when taken before the guard's install: the console's hosts start
+        #: before it (ui/console/start.py), and their local streams are not the demo's to stop
+        self.spare_before: frozenset[int] | None = None
 
     # -- signals -------------------------------------------------------------------------------
     def install(self, on_signal: Callable[[int], object] | None = None) -> ExitGuard:
         self.on_signal = on_signal
-        self.spare = frozenset(child_pids())
+        self.spare = frozenset(child_pids()) if self.spare_before is None else self.spare_before
         for sig in SIGNALS:
             with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to do
                 self._previous[sig] = signal.signal(sig, self._handle)

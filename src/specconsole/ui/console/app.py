@@ -418,7 +418,7 @@ class ConsoleApp(App[int]):
 def run_console(config: Config, *, read_only: bool, theme: str | None,
                 cleanup: Callable[[], None] | None = None, leave_process: bool = False,
                 no_audit: bool = False, web_session: bool = False, fleet: Fleet | None = None,
-                loop: asyncio.AbstractEventLoop | None = None) -> int:
+                loop: asyncio.AbstractEventLoop | None = None, spare: frozenset[int] | None = None) -> int:
     """The ``specconsole`` command without a subcommand: run the console until q or a signal.
 
     Leaving takes at most the exit deadline (:mod:`specconsole.base.shutdown`); a forced exit runs
@@ -428,7 +428,8 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     ``web_session``: a browser's session of ``specconsole web`` (textual-serve's web driver is the
     terminal; the flight recorder is left to the operator's own console: one writer per file).
     ``fleet`` and ``loop``: a fleet already started on ``loop``, which the console then runs on
-    (:mod:`specconsole.ui.console.start`); else the console makes and starts its own.
+    (:mod:`specconsole.ui.console.start`); else the console makes and starts its own. ``spare``:
+    the child processes from before that fleet's start (the demo's lab), which are not the console's to kill.
     """
     themes = load_themes()
     names = themes.names or ["textual-dark", "textual-light"]
@@ -445,6 +446,7 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     guard = app.exit_guard
     assert guard is not None
     guard.cleanup = cleanup
+    guard.spare_before = spare
     app.leaving.leave_process = leave_process
     try:
         result = app.run(loop=loop)

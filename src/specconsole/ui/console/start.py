@@ -8,6 +8,10 @@ other, the first full frame came after both. Here the fleet is made and started 
 the console will run on, and the app is imported in a worker thread while that loop serves the
 hosts; the console then runs on the same loop with the fleet already under way.
 
+A browser's session (``web_session``: textual-serve's web driver is the terminal) keeps the plain
+start: with the early one, its first layout was kept at the page's first size (the footer empty, the
+events pane wrapped narrow; tests/test_web.py failed 3 runs of 3), which was not looked into further.
+
 This module imports no Textual: :func:`run_console` is what the CLI and the demo call.
 """
 
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specconsole.base.events import EventLog
+from specconsole.base.shutdown import child_pids
 from specconsole.config import Config
 
 #: What the console needs a terminal for (both streams); checked before any host is connected.
@@ -35,16 +40,22 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     if not web_session and (not sys.stdout.isatty() or not sys.stdin.isatty()):
         print(NEEDS_TERMINAL, file=sys.stderr)
         return 2
+    if web_session:  # a browser's session (textual-serve's web driver) starts the console's own way
+        from specconsole.ui.console import app as console_app
+
+        return console_app.run_console(config, read_only=read_only, theme=theme, cleanup=cleanup,
+                                       leave_process=leave_process, no_audit=no_audit, web_session=True)
     from specconsole.monitor import Fleet
 
     loop = asyncio.new_event_loop()
     fleet = Fleet(config, events=EventLog(config.console.audit_log))
+    spare = frozenset(child_pids())  # the demo's lab: what the fleet starts (local streams) is the console's
     try:
         loop.run_until_complete(fleet.start())
         app: Any = loop.run_until_complete(asyncio.to_thread(importlib.import_module, "specconsole.ui.console.app"))
         return int(app.run_console(config, read_only=read_only, theme=theme, cleanup=cleanup,
                                    leave_process=leave_process, no_audit=no_audit, web_session=web_session,
-                                   fleet=fleet, loop=loop))
+                                   fleet=fleet, loop=loop, spare=spare))
     finally:
         if not fleet.stopped:  # Ctrl-C, a failed import, a refused --theme: leave no connection
             loop.run_until_complete(fleet.stop())
