@@ -224,7 +224,7 @@ def measure_window(pid: int, duration: float, during: Callable[[], None] | None 
 
 def run_headless(config: Path, hosts: int, args: argparse.Namespace) -> Run:
     r = Run("headless", hosts)
-    profile = Path(f"{args.profile}.headless-{hosts}") if args.profile else None
+    profile = Path(f"{args.profile}.headless-{hosts}{args.tag}") if args.profile else None
     cmd = [*console_argv(args, profiled=profile is not None), "status", "--config", str(config), "--json",
            "--watch", "--interval", str(args.interval), "--timeout", str(args.settle)]
     t0 = time.monotonic()
@@ -310,7 +310,7 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
     frame = run / f"first-frame-{uuid.uuid4().hex[:6]}"
     session = f"{mode}{hosts}"
     exports = ["-e", f"SPECCONSOLE_FIRST_FRAME_FILE={frame}"]
-    profile = Path(f"{args.profile}.{mode}-{hosts}") if args.profile else None
+    profile = Path(f"{args.profile}.{mode}-{hosts}{args.tag}") if args.profile else None
     if profile is not None:
         exports += ["-e", f"BENCH_PROFILE={profile}"]
     if args.src:
@@ -417,12 +417,12 @@ def synthetic_fleet_sshd(lab: Lab, name: str, host_rc: bool) -> None:
     lab.start_sshd(name)
 
 
-def ssh_config(lab: Lab, tmp: Path, hosts: int, interval: float) -> Path:
+def ssh_config(lab: Lab, tmp: Path, hosts: int, interval: float, frames: bool = True) -> Path:
     run = tmp / f"ssh-{hosts}-{uuid.uuid4().hex[:6]}"
     run.mkdir()
     return write_fleet_config(lab, run / "fleet.toml", hosts, log_path=write_training_log(tmp / "train.jsonl"),
                               audit_log=run / "audit.log", state_dir=run / "state",
-                              gpu_interval_s=interval)
+                              gpu_interval_s=interval, gpu_frames=frames)
 
 
 def prom_runs(tmp: Path, sizes: list[int], args: argparse.Namespace) -> list[Run]:
@@ -528,6 +528,8 @@ def main() -> int:
                     help="first the two-host demo lab (torchrun, SGLang simulator, Python GPU double) idle, TUI")
     ap.add_argument("--demo-sglang-s", type=float, default=1.0,
                     help="the demo's SGLang poll interval (the demo's own: 1; the product default: 2)")
+    ap.add_argument("--frames", choices=("on", "off", "both"), default="on",
+                    help="the SSH hosts' gpu.frames (both: each run without, then with)")
     ap.add_argument("--profile", help="cProfile each console (TUI, headless) over the window; stats to FILE.<mode>-<N>")
     ap.add_argument("--size", default="200x50", help="the TUI's terminal size, COLSxROWS")
     ap.add_argument("--host-rc", action="store_true",
@@ -537,6 +539,8 @@ def main() -> int:
     if not re.fullmatch(r"\d+x\d+", args.size):
         ap.error(f"--size {args.size}: expected COLSxROWS, e.g. 200x50")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    frames = {"on": [True], "off": [False], "both": [False, True]}[args.frames]
+    args.tag = ""  # a profile file's suffix: which of --frames both
     sizes = [int(x) for x in args.n.split(",") if x.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-fleet-"))
     compile_tree(args.src)  # the console's bytecode, as an install has it
@@ -555,9 +559,13 @@ def main() -> int:
                 tmux("new-session", "-d", "-s", "keep", "sleep 86400")
             for n in [2, *sizes]:
                 for mode in ssh_modes:
-                    cfg = ssh_config(lab, tmp, n, args.interval)
-                    rows.append(emit(run_headless(cfg, n, args) if mode == "headless"
-                                     else run_tui(cfg, n, args, lab=lab)))
+                    for framed in frames:
+                        args.tag = ("+frames" if framed else "+csv") if len(frames) > 1 else ""
+                        cfg = ssh_config(lab, tmp, n, args.interval, framed)
+                        r = run_headless(cfg, n, args) if mode == "headless" else run_tui(cfg, n, args, lab=lab)
+                        if len(frames) > 1:
+                            r.mode += "+frames" if framed else "+csv"
+                        rows.append(emit(r))
         if "prom" in modes:
             rows.extend(prom_runs(tmp, [int(x) for x in args.prom_n.split(",") if x.strip()], args))
     finally:

@@ -70,6 +70,10 @@ class SshSettings:
 class GpuConfig:
     source: GpuSource = "auto"
     interval_s: Annotated[float, _positive("it is the time between two readings")] = 1.0
+    #: nvidia-smi's rows sent on by a small python3 filter on the host (remote/smi_frames.py, given
+    #: on its command line: nothing is written there), a burst a write, unchanged rows as "="; false:
+    #: nvidia-smi's own output (a host without python3 falls back to it by itself)
+    frames: bool = True
 
 
 #: ``training.kill.grace_s`` and ``kill-training --grace``: one declaration, one check

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 from specconsole.base.backoff import Backoff
 from specconsole.base.errors import HostUnavailable
@@ -33,6 +36,49 @@ from specconsole.hosts.commands import to_shell
 from specconsole.sources import Publish
 
 log = logging.getLogger(__name__)
+
+#: the host-side filter that sends nvidia-smi's bursts as frames (``gpu.frames``)
+FRAMES_SCRIPT = Path(__file__).resolve().parents[1] / "remote" / "smi_frames.py"
+#: rows kept parsed by their text (a few bursts' worth at 8 GPUs)
+PARSED_KEPT = 64
+
+
+@functools.cache
+def frames_script() -> str:
+    """The filter's source, as ``python3 -c`` runs it on the host."""
+    return FRAMES_SCRIPT.read_text(encoding="utf-8")
+
+
+class Unframer:
+    """The console's side of :mod:`specconsole.remote.smi_frames`: the lines of a framed stream
+    back as nvidia-smi printed them. ``=`` is the line at its place in the burst before, ``.``
+    ends a burst (no line), ``\\`` escapes a line of nvidia-smi's own that starts so."""
+
+    def __init__(self) -> None:
+        self.last: list[str] = []
+        self.burst: list[str] = []
+
+    def line(self, framed: str) -> str | None:
+        """The line nvidia-smi printed for ``framed``; None for a burst's end."""
+        if framed == ".":
+            self.last, self.burst = self.burst, []
+            return None
+        if framed == "=":
+            at = len(self.burst)
+            line = self.last[at] if at < len(self.last) else ""
+        else:
+            line = framed[1:] if framed[:1] == "\\" else framed
+        self.burst.append(line)
+        return line
+
+
+async def unframe(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``lines`` of a framed stream as nvidia-smi printed them."""
+    decoder = Unframer()
+    async for framed in lines:
+        line = decoder.line(framed)
+        if line is not None:
+            yield line
 
 #: A query-gpu stream silent this long (no GPU row) is restarted: 3 intervals, at least ...
 SILENCE_MIN_S = 5.0
@@ -104,6 +150,11 @@ class NvidiaSmiSource:
             binary, "--query-compute-apps=" + ",".join(QUERY_APPS_FIELDS),
             "--format=csv,noheader,nounits", "-lms", str(ms),
         ]
+        #: the streams go through the host-side frame filter (``gpu.frames``; off for good once the
+        #: host turned out to have no python3)
+        self.frames = bool(getattr(cfg, "frames", False))
+        #: each query-gpu row's reading by its text: a row printed again is not parsed again
+        self._parsed: dict[str, GpuReading] = {}
         self.quiet_s = min(0.2, max(0.05, 0.2 * self.interval))
         self.apps_silence_s = 1.5 * self.interval
         #: No GPU row for this long: the query-gpu stream is reported and restarted.
@@ -139,6 +190,21 @@ class NvidiaSmiSource:
             return True
         return now - self._run_started > 3 * self.interval + 2
 
+    def _stream_argv(self, argv: list[str]) -> list[str]:
+        """What runs on the host for the query ``argv``: it, or it under the frame filter."""
+        return ["python3", "-c", frames_script(), *argv] if self.frames else argv
+
+    def _lines(self, proc: StreamProcess) -> AsyncIterator[str]:
+        return unframe(proc.lines()) if self.frames else proc.lines()
+
+    def _no_python(self, status: int | None, output: str) -> bool:
+        """The frame filter could not start (no python3 on the host): off for good, and True."""
+        if self.frames and status == 127 and "python3" in output:
+            self.frames = False
+            log.info("%s: no python3 for the frame filter; nvidia-smi's own output from now on", self.host.name)
+            return True
+        return False
+
     @property
     def command(self) -> str:
         """The exact query-gpu command line (what the pane shows as "the remote command")."""
@@ -162,12 +228,14 @@ class NvidiaSmiSource:
             await self.host.wait_connected()
             produced = False
             try:
-                async with self.host.stream(self.gpu_argv) as proc:
+                async with self.host.stream(self._stream_argv(self.gpu_argv)) as proc:
                     self.gpu_streams_started += 1
                     produced, stdout_junk, silent = await self._consume_gpus(proc, publish)
                     if silent is None:
                         status = await proc.wait()
                         output = "\n".join([*stdout_junk, proc.stderr_text])
+                if silent is None and not produced and self._no_python(status, output):
+                    continue  # at once, without the filter
                 if silent is not None:  # the stream is closed (killed): restart it
                     state, message = GpuState.ERROR, silent
                     self.silent_restarts += 1
@@ -202,7 +270,7 @@ class NvidiaSmiSource:
         wait = self._silence_wait
         batcher = _GpuBatcher(self, publish, asyncio.get_running_loop(), proc, wait)
         try:
-            async for line in proc.lines():
+            async for line in self._lines(proc):
                 batcher.feed(time.time(), line)
         except Exception:
             if batcher.closing is None:  # not the end of a stream closed for its silence
@@ -313,11 +381,11 @@ class NvidiaSmiSource:
             await self.host.wait_connected()
             started = time.monotonic()
             try:
-                async with self.host.stream(self.apps_argv) as proc:
+                async with self.host.stream(self._stream_argv(self.apps_argv)) as proc:
                     self.apps_streams_started += 1
                     self._apps_running = True
                     self._apps_started_at = time.monotonic()
-                    async for line in proc.lines():
+                    async for line in self._lines(proc):
                         if not line.strip() or is_header(line, QUERY_APPS_FIELDS):
                             continue
                         try:
@@ -400,11 +468,16 @@ class _GpuBatcher:
                         f"the {line_limit_text()} line limit", None)
         if not line.strip() or is_header(line, QUERY_GPU_FIELDS):
             return
-        try:
-            reading = parse_gpu_line(line, QUERY_GPU_FIELDS)
-        except GpuParseError:
-            self.refuse(quoted_line(line, 160), line)
-            return
+        reading = src._parsed.get(line)
+        if reading is None:
+            try:
+                reading = parse_gpu_line(line, QUERY_GPU_FIELDS)
+            except GpuParseError:
+                self.refuse(quoted_line(line, 160), line)
+                return
+            if len(src._parsed) >= PARSED_KEPT:
+                src._parsed.clear()
+            src._parsed[line] = reading
         batch = self.batch
         if batch and (reading.index <= batch[-1].index or at - self.last_at > self.quiet_s):
             if not self.emitted:

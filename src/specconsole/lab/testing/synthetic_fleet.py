@@ -29,8 +29,9 @@ def write_training_log(path: Path, steps: int = 20) -> Path:
 
 def write_fleet_config(lab: Lab, path: Path, hosts: int, *, log_path: Path, audit_log: Path,
                        state_dir: Path, gpu_every: int = 1, local: bool = False,
-                       gpu_interval_s: float = 1.0) -> Path:
-    """Write a config of ``hosts`` SSH hosts (plus one local host if ``local``) to ``path``."""
+                       gpu_interval_s: float = 1.0, gpu_frames: bool = True) -> Path:
+    """Write a config of ``hosts`` SSH hosts (plus one local host if ``local``) to ``path``
+    (``gpu_frames``: each host's ``gpu.frames``)."""
     key = lab.keys / "client_ed25519"
     lab_hosts = [lab.state.hosts[n] for n in ("train", "serve")]
     parts = [console_and_ssh(lab, audit_log, state_dir, connect_timeout_s=10)]
@@ -52,6 +53,7 @@ role = "train"
 [hosts.gpu]
 source = "{gpu}"
 interval_s = {gpu_interval_s}
+frames = {"true" if gpu_frames else "false"}
 
 [hosts.training]
 log_path = {toml_str(log_path)}
