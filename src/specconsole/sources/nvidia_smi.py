@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 FRAMES_SCRIPT = Path(__file__).resolve().parents[1] / "remote" / "smi_frames.py"
 #: rows kept parsed by their text (a few bursts' worth at 8 GPUs)
 PARSED_KEPT = 64
+#: the most lines of one burst the decoder keeps (the filter sends at most 256)
+MAX_BURST = 1024
 
 
 @functools.cache
@@ -68,7 +70,8 @@ class Unframer:
             line = self.last[at] if at < len(self.last) else ""
         else:
             line = framed[1:] if framed[:1] == "\\" else framed
-        self.burst.append(line)
+        if len(self.burst) < MAX_BURST:  # the filter ends a burst at 256 lines; anything else is not kept
+            self.burst.append(line)
         return line
 
 
