@@ -227,3 +227,51 @@ def test_compute_app_with_extra_value_cell_is_refused():
     with pytest.raises(GpuParseError, match="expected 4 cells, got 5"):
         parse_app_line(f"4242, /usr/bin/python3, 61000, 61000, {UUID}")
     assert parse_app_line(f"4242, python3, worker, 61000, {UUID}").name == "python3, worker"
+
+
+def test_a_row_parser_reads_every_row_as_parse_gpu_line_does() -> None:
+    """RowParser (a GPU's row after its last reads only the changed cells) against parse_gpu_line,
+    over random rows of a few GPUs: common cells, odd ones ([N/A], padded, units, empty, a name with
+    ', ', Unicode digits, junk), the same row again, and rows that do not parse at all."""
+    import random
+
+    from specconsole.formats.nvidia_smi import GpuParseError, RowParser, parse_gpu_line
+
+    rng = random.Random(11)
+    cells = {
+        "index": ["0", "1", "2", "١", "x", "-1", " 1"],
+        "num": ["0", "97", "97.5", "612.31", "[N/A]", "[Not Supported]", "", " 5", "5 ", "1e3", "5 W", "٥", "nan"],
+        "uuid": ["GPU-0", "GPU-1", "", "[N/A]", " GPU-2"],
+        "name": ["NVIDIA H200", "NVIDIA, H200", "[N/A]", ""],
+        "pstate": ["P0", "P8", "[N/A]"],
+    }
+    kinds = ["index", "uuid", "name", "num", "num", "num", "num", "num", "num", "num", "num", "pstate"]
+    def cell(kind: str) -> str:
+        if rng.random() < 0.15:
+            return rng.choice(cells[kind])  # anything, odd cells included
+        return rng.choice(cells[kind][:4] if kind == "num" else cells[kind][:2])  # common cells, few values
+
+    parser = RowParser()
+    rows: list[str] = []
+    seen: dict[str, object] = {}
+    reused = 0
+    for _ in range(20000):
+        if rows and rng.random() < 0.3:
+            line = rng.choice(rows[-8:])  # a row printed again
+        else:
+            line = ", ".join(cell(k) for k in kinds)
+            if rng.random() < 0.02:
+                line += ", 1"  # a cell too many
+        rows.append(line)
+        try:
+            want: object = parse_gpu_line(line)
+        except GpuParseError as err:
+            want = ("refused", str(err))
+        try:
+            got: object = parser.parse(line)
+        except GpuParseError as err:
+            got = ("refused", str(err))
+        assert got == want, line
+        reused += got is seen.get(line)  # the same row again: the same reading, nothing read
+        seen[line] = got
+    assert reused > 200

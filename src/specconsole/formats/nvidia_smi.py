@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from enum import StrEnum
 from typing import Any
 
@@ -237,6 +238,69 @@ def _parse_plain_gpu_line(line: str, fields: Sequence[str]) -> GpuReading | None
         else:
             return None
     return GpuReading(index=int(cells[index_at]), unavailable={}, **values)
+
+
+class RowParser:
+    """:func:`parse_gpu_line` for one stream, cheaper for rows that repeat: a common row (see
+    :func:`_parse_plain_gpu_line`) after a common row of the same GPU index reads only the cells
+    that changed and keeps the other values (the same reading when nothing changed). Gives what
+    :func:`parse_gpu_line` gives for every row; raises :class:`GpuParseError` as it does."""
+
+    def __init__(self, fields: Sequence[str] = QUERY_GPU_FIELDS) -> None:
+        self.fields = tuple(fields)
+        _, steps = _fast_plan(self.fields)
+        #: per cell read: (its position in the row, the reading's argument it is, a number)
+        self._steps = tuple((at, _READING_ARGS.index(key), number) for at, key, number in steps)
+        #: index cell -> its last common row: its cells, the reading's arguments, the reading
+        self._last: dict[str, tuple[list[str], list[Any], GpuReading]] = {}
+
+    def parse(self, line: str) -> GpuReading:
+        index_at, _ = _fast_plan(self.fields)
+        cells = line.rstrip("\r\n").split(", ")
+        if len(cells) == len(self.fields):
+            before = self._last.get(cells[index_at])
+            if before is not None:
+                after = self._changed(cells, before)
+                if after is not None:
+                    return after
+        reading = _parse_plain_gpu_line(line, self.fields)
+        if reading is None:
+            self._last.pop(cells[index_at] if len(cells) > index_at else "", None)
+            return _parse_general_gpu_line(line, self.fields)
+        if len(self._last) >= 1024:  # an index cell is a few digits: more is not a GPU's
+            self._last.clear()
+        self._last[cells[index_at]] = (cells, [getattr(reading, a) for a in _READING_ARGS], reading)
+        return reading
+
+    def _changed(self, cells: list[str], before: tuple[list[str], list[Any], GpuReading]) -> GpuReading | None:
+        """``before``'s reading with the cells that differ read anew; None when one is not common."""
+        old_cells, old_args, old = before
+        args: list[Any] | None = None
+        for at, arg, number in self._steps:
+            cell = cells[at]
+            if cell == old_cells[at]:
+                continue
+            if number:
+                whole, dot, frac = cell.partition(".")
+                if not (whole.isdecimal() and (not dot or frac.isdecimal())):
+                    return None
+                value: Any = float(cell)
+            elif cell and cell[0] != "[" and cell == cell.strip():
+                value = cell
+            else:
+                return None
+            if args is None:
+                args = old_args.copy()
+            args[arg] = value
+        if args is None:
+            return old
+        reading = GpuReading(*args, {})  # type: ignore[call-arg]
+        self._last[cells[_fast_plan(self.fields)[0]]] = (cells, args, reading)
+        return reading
+
+
+#: GpuReading's arguments before ``unavailable``, in order (RowParser builds readings from them)
+_READING_ARGS = tuple(f.name for f in dataclass_fields(GpuReading) if f.name != "unavailable")
 
 
 def parse_gpu_line(line: str, fields: Sequence[str] = QUERY_GPU_FIELDS) -> GpuReading:

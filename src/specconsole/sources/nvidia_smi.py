@@ -25,11 +25,11 @@ from specconsole.formats.nvidia_smi import (
     GpuReading,
     GpuSnapshot,
     GpuState,
+    RowParser,
     classify_failure,
     error_snapshot,
     is_header,
     parse_app_line,
-    parse_gpu_line,
 )
 from specconsole.hosts.base import Host, StreamProcess, line_limit_text
 from specconsole.hosts.commands import to_shell
@@ -39,8 +39,6 @@ log = logging.getLogger(__name__)
 
 #: the host-side filter that sends nvidia-smi's bursts as frames (``gpu.frames``)
 FRAMES_SCRIPT = Path(__file__).resolve().parents[1] / "remote" / "smi_frames.py"
-#: rows kept parsed by their text (a few bursts' worth at 8 GPUs)
-PARSED_KEPT = 64
 #: the most lines of one burst the decoder keeps (the filter sends at most 256)
 MAX_BURST = 1024
 
@@ -156,8 +154,8 @@ class NvidiaSmiSource:
         #: the streams go through the host-side frame filter (``gpu.frames``; off for good once the
         #: host turned out to have no python3)
         self.frames = bool(getattr(cfg, "frames", False))
-        #: each query-gpu row's reading by its text: a row printed again is not parsed again
-        self._parsed: dict[str, GpuReading] = {}
+        #: the query-gpu rows' parser: a GPU's row reads only the cells that changed since its last
+        self.rows_parser = RowParser(QUERY_GPU_FIELDS)
         self.quiet_s = min(0.2, max(0.05, 0.2 * self.interval))
         self.apps_silence_s = 1.5 * self.interval
         #: No GPU row for this long: the query-gpu stream is reported and restarted.
@@ -471,16 +469,11 @@ class _GpuBatcher:
                         f"the {line_limit_text()} line limit", None)
         if not line.strip() or is_header(line, QUERY_GPU_FIELDS):
             return
-        reading = src._parsed.get(line)
-        if reading is None:
-            try:
-                reading = parse_gpu_line(line, QUERY_GPU_FIELDS)
-            except GpuParseError:
-                self.refuse(quoted_line(line, 160), line)
-                return
-            if len(src._parsed) >= PARSED_KEPT:
-                src._parsed.clear()
-            src._parsed[line] = reading
+        try:
+            reading = src.rows_parser.parse(line)
+        except GpuParseError:
+            self.refuse(quoted_line(line, 160), line)
+            return
         batch = self.batch
         if batch and (reading.index <= batch[-1].index or at - self.last_at > self.quiet_s):
             if not self.emitted:
