@@ -81,7 +81,7 @@ async def ingest(hosts: int, gpus: int, bursts: int) -> tuple[float, int, int]:
     sources = []
     for h in range(hosts):
         src = NvidiaSmiSource(LocalHost(HostConfig(name=f"h{h}", role="train")), GpuConfig(interval_s=1.0))
-        src.frames = False  # the lines in memory are nvidia-smi's own (a tree before gpu.frames has no such flag)
+        src.frames = False  # the lines in memory are nvidia-smi's own (set on a tree before gpu.frames too: harmless)
         src._apps_last_line = time.monotonic() + 3600  # apps known: no processes
         sources.append(src)
     runs = [asyncio.ensure_future(s._consume_gpus(stream.SmiLines(lines, 0.05), publish)) for s in sources]

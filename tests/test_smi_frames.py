@@ -132,3 +132,19 @@ def test_the_filter_holds_no_more_than_its_bounds_of_a_flood(tmp_path: Path) -> 
     assert lines[:1000] == [f"junk {i}" for i in range(1, 1001)]
     assert lines[1000:] == ["x" * (LINE_BYTES + 1)]
     assert max(len(b) for b in bursts) <= BURST_LINES
+
+
+@pytest.mark.parametrize("said, no_python", [
+    ("sh: 1: python3: not found", True),  # dash
+    ("bash: line 1: python3: command not found", True),
+    ("setsid: failed to execute python3: No such file or directory", True),  # the stream wrapper's setsid
+    ("pyenv: python3: command not found", True),
+    ("nvidia-smi: No such file or directory", False),  # the filter ran: nvidia-smi is what is missing
+    ("/opt/python3.11/bin/nvidia-smi: No such file or directory", False),
+])
+def test_only_a_missing_python3_turns_the_frames_off(said: str, no_python: bool) -> None:
+    source = NvidiaSmiSource(LocalHost(HostConfig(name="box", role="train")), GpuConfig(interval_s=1.0))
+    assert source._no_python(127, said) is no_python
+    assert source.frames is not no_python
+    assert not NvidiaSmiSource(LocalHost(HostConfig(name="box", role="train")),
+                               GpuConfig(interval_s=1.0))._no_python(1, said)  # only exit 127

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 FRAMES_SCRIPT = Path(__file__).resolve().parents[1] / "remote" / "smi_frames.py"
 #: the most lines of one burst the decoder keeps (the filter sends at most 256)
 MAX_BURST = 1024
+#: what a host's shell (dash, bash, setsid, a pyenv shim) says when it has no python3; the filter
+#: itself says "nvidia-smi: No such file or directory" when nvidia-smi is what is missing
+_NO_PYTHON = re.compile(r"python3: (?:command )?not found|execute python3|python3: No such file")
 
 
 @functools.cache
@@ -153,7 +157,7 @@ class NvidiaSmiSource:
         ]
         #: the streams go through the host-side frame filter (``gpu.frames``; off for good once the
         #: host turned out to have no python3)
-        self.frames = bool(getattr(cfg, "frames", False))
+        self.frames = cfg.frames
         #: the query-gpu rows' parser: a GPU's row reads only the cells that changed since its last
         self.rows_parser = RowParser(QUERY_GPU_FIELDS)
         self.quiet_s = min(0.2, max(0.05, 0.2 * self.interval))
@@ -200,7 +204,7 @@ class NvidiaSmiSource:
 
     def _no_python(self, status: int | None, output: str) -> bool:
         """The frame filter could not start (no python3 on the host): off for good, and True."""
-        if self.frames and status == 127 and "python3" in output:
+        if self.frames and status == 127 and _NO_PYTHON.search(output):
             self.frames = False
             log.info("%s: no python3 for the frame filter; nvidia-smi's own output from now on", self.host.name)
             return True
