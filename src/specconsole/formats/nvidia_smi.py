@@ -217,6 +217,19 @@ def _fast_plan(fields: Sequence[str]) -> tuple[int, tuple[tuple[int, str, bool],
     return fast
 
 
+#: what :func:`_common_cell` gives for a cell the common row does not have
+_UNCOMMON = object()
+
+
+def _common_cell(cell: str, number: bool) -> Any:
+    """A cell of the common row read (a plain number, or text without padding or ``[...]``), or
+    :data:`_UNCOMMON`."""
+    if number:
+        whole, dot, frac = cell.partition(".")
+        return float(cell) if whole.isdecimal() and (not dot or frac.isdecimal()) else _UNCOMMON
+    return cell if cell and cell[0] != "[" and cell == cell.strip() else _UNCOMMON
+
+
 def _parse_plain_gpu_line(line: str, fields: Sequence[str]) -> GpuReading | None:
     """The common row (every cell present, plain numbers, no padding, no ``", "`` in the name)
     in one pass; None for anything else, which :func:`parse_gpu_line`'s general path reads (to
@@ -227,16 +240,10 @@ def _parse_plain_gpu_line(line: str, fields: Sequence[str]) -> GpuReading | None
         return None
     values: dict[str, Any] = {"uuid": None, "name": None}
     for at, key, number in steps:
-        cell = cells[at]
-        if number:
-            whole, dot, frac = cell.partition(".")
-            if not (whole.isdecimal() and (not dot or frac.isdecimal())):
-                return None
-            values[key] = float(cell)
-        elif cell and cell[0] != "[" and cell == cell.strip():
-            values[key] = cell
-        else:
+        value = _common_cell(cells[at], number)
+        if value is _UNCOMMON:
             return None
+        values[key] = value
     return GpuReading(index=int(cells[index_at]), unavailable={}, **values)
 
 
@@ -248,14 +255,14 @@ class RowParser:
 
     def __init__(self, fields: Sequence[str] = QUERY_GPU_FIELDS) -> None:
         self.fields = tuple(fields)
-        _, steps = _fast_plan(self.fields)
+        self._index_at, steps = _fast_plan(self.fields)
         #: per cell read: (its position in the row, the reading's argument it is, a number)
         self._steps = tuple((at, _READING_ARGS.index(key), number) for at, key, number in steps)
         #: index cell -> its last common row: its cells, the reading's arguments, the reading
         self._last: dict[str, tuple[list[str], list[Any], GpuReading]] = {}
 
     def parse(self, line: str) -> GpuReading:
-        index_at, _ = _fast_plan(self.fields)
+        index_at = self._index_at
         cells = line.rstrip("\r\n").split(", ")
         if len(cells) == len(self.fields):
             before = self._last.get(cells[index_at])
@@ -280,14 +287,8 @@ class RowParser:
             cell = cells[at]
             if cell == old_cells[at]:
                 continue
-            if number:
-                whole, dot, frac = cell.partition(".")
-                if not (whole.isdecimal() and (not dot or frac.isdecimal())):
-                    return None
-                value: Any = float(cell)
-            elif cell and cell[0] != "[" and cell == cell.strip():
-                value = cell
-            else:
+            value = _common_cell(cell, number)
+            if value is _UNCOMMON:
                 return None
             if args is None:
                 args = old_args.copy()
@@ -295,7 +296,7 @@ class RowParser:
         if args is None:
             return old
         reading = GpuReading(*args, {})  # type: ignore[call-arg]
-        self._last[cells[_fast_plan(self.fields)[0]]] = (cells, args, reading)
+        self._last[cells[self._index_at]] = (cells, args, reading)
         return reading
 
 
