@@ -62,7 +62,6 @@ from specconsole.ui.console.app_leaving import Leaving
 from specconsole.ui.console.command_palette import ActionsProvider
 from specconsole.ui.console.console_screen import ConsoleScreen
 from specconsole.ui.console.provider import StatusProvider
-from specconsole.ui.console.start import NEEDS_TERMINAL
 from specconsole.ui.fleet.fleet_view import FleetNavigator
 from specconsole.ui.panes.eval_pane import EvalPane
 from specconsole.ui.panes.events_pane import EventList
@@ -419,7 +418,8 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
                 cleanup: Callable[[], None] | None = None, leave_process: bool = False,
                 no_audit: bool = False, web_session: bool = False, fleet: Fleet | None = None,
                 loop: asyncio.AbstractEventLoop | None = None, spare: frozenset[int] | None = None) -> int:
-    """The ``specconsole`` command without a subcommand: run the console until q or a signal.
+    """The ``specconsole`` command without a subcommand: run the console until q or a signal
+    (called by :func:`specconsole.ui.console.start.run_console`, which has checked for a terminal).
 
     Leaving takes at most the exit deadline (:mod:`specconsole.base.shutdown`); a forced exit runs
     ``cleanup`` first. ``leave_process``: once the console has stopped (terminal restored,
@@ -436,9 +436,6 @@ def run_console(config: Config, *, read_only: bool, theme: str | None,
     if theme and theme not in names:
         print(f"specconsole: --theme {theme}: no such theme (themes: {', '.join(names)}); "
               f"add {paths.config_dir() / 'themes' / theme}.toml or pick one of those", file=sys.stderr)
-        return 2
-    if not web_session and (not sys.stdout.isatty() or not sys.stdin.isatty()):
-        print(NEEDS_TERMINAL, file=sys.stderr)
         return 2
     app = ConsoleApp(config, fleet=fleet, read_only=read_only, theme=theme, themes=themes, handle_signals=True,
                      no_audit=no_audit, start_fleet=fleet is None)

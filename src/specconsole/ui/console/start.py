@@ -27,7 +27,7 @@ from specconsole.base.events import EventLog
 from specconsole.base.shutdown import child_pids
 from specconsole.config import Config
 
-#: What the console needs a terminal for (both streams); checked before any host is connected.
+#: What a console without a terminal (stdin and stdout) is told; checked before any host is connected.
 NEEDS_TERMINAL = ("specconsole: the console needs a terminal; for a headless snapshot use "
                   "`specconsole status` (or `status --watch`)")
 
