@@ -222,9 +222,9 @@ def measure_window(pid: int, duration: float, during: Callable[[], None] | None 
 
 # ------------------------------------------------------------------------------ headless
 
-def run_headless(config: Path, hosts: int, args: argparse.Namespace) -> Run:
-    r = Run("headless", hosts)
-    profile = Path(f"{args.profile}.headless-{hosts}{args.tag}") if args.profile else None
+def run_headless(config: Path, hosts: int, args: argparse.Namespace, mode: str = "headless") -> Run:
+    r = Run(mode, hosts)
+    profile = Path(f"{args.profile}.{mode}-{hosts}") if args.profile else None
     cmd = [*console_argv(args, profiled=profile is not None), "status", "--config", str(config), "--json",
            "--watch", "--interval", str(args.interval), "--timeout", str(args.settle)]
     t0 = time.monotonic()
@@ -310,7 +310,7 @@ def run_tui(config: Path, hosts: int, args: argparse.Namespace, mode: str = "tui
     frame = run / f"first-frame-{uuid.uuid4().hex[:6]}"
     session = f"{mode}{hosts}"
     exports = ["-e", f"SPECCONSOLE_FIRST_FRAME_FILE={frame}"]
-    profile = Path(f"{args.profile}.{mode}-{hosts}{args.tag}") if args.profile else None
+    profile = Path(f"{args.profile}.{mode}-{hosts}") if args.profile else None
     if profile is not None:
         exports += ["-e", f"BENCH_PROFILE={profile}"]
     if args.src:
@@ -540,7 +540,6 @@ def main() -> int:
         ap.error(f"--size {args.size}: expected COLSxROWS, e.g. 200x50")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     frames = {"on": [True], "off": [False], "both": [False, True]}[args.frames]
-    args.tag = ""  # a profile file's suffix: which of --frames both
     sizes = [int(x) for x in args.n.split(",") if x.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="specconsole-fleet-"))
     compile_tree(args.src)  # the console's bytecode, as an install has it
@@ -560,12 +559,10 @@ def main() -> int:
             for n in [2, *sizes]:
                 for mode in ssh_modes:
                     for framed in frames:
-                        args.tag = ("+frames" if framed else "+csv") if len(frames) > 1 else ""
+                        name = mode + (("+frames" if framed else "+csv") if len(frames) > 1 else "")
                         cfg = ssh_config(lab, tmp, n, args.interval, framed)
-                        r = run_headless(cfg, n, args) if mode == "headless" else run_tui(cfg, n, args, lab=lab)
-                        if len(frames) > 1:
-                            r.mode += "+frames" if framed else "+csv"
-                        rows.append(emit(r))
+                        rows.append(emit(run_headless(cfg, n, args, name) if mode == "headless"
+                                         else run_tui(cfg, n, args, name, lab=lab)))
         if "prom" in modes:
             rows.extend(prom_runs(tmp, [int(x) for x in args.prom_n.split(",") if x.strip()], args))
     finally:

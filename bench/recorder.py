@@ -156,7 +156,7 @@ def ssh_cost(hosts: int, duration: float, rounds: int) -> tuple[list[Any], list[
     tmp = Path(tempfile.mkdtemp(prefix="bench-rec-ssh-"))
     record = tmp / "ssh.screc"
     args = argparse.Namespace(sources="gpu", src=None, interval=1.0, settle=180.0, duration=duration,
-                              profile=None, tag="")
+                              profile=None)
     code = fs.GPU_ONLY.replace("main(sys.argv[1:])", f"main(sys.argv[1:2] + ['--record', {str(record)!r}] "
                                "+ sys.argv[2:])")
     lab = fs.ssh_lab(tmp, 8)
