@@ -66,6 +66,9 @@ ROUTER_JOB_S = 60.0
 ROUTER_WAIT_S = 30.0
 #: how often the guard reads the router's workers while the replica is out
 GUARD_S = 1.0
+#: how long a worker the router took a removal of may still be listed healthy before it is removed
+#: again (the router finishes a queued removal meanwhile; later, the removal was lost)
+REMOVAL_GRACE_S = 5.0
 
 
 def running_requests(metrics: str) -> float | None:
@@ -169,16 +172,16 @@ class RouterLink:
         self.delete(entries, failed)
         self.removed = True
 
-        again = [time.monotonic() + 5.0]
+        again = [time.monotonic() + REMOVAL_GRACE_S]
 
         def gone() -> tuple[bool, str]:
             now = self.listed()
             live = [w for w in now or [] if w.get("is_healthy", True)]
             if live and time.monotonic() > again[0]:  # the removal was lost (a router restarted meanwhile)
-                a.emit("warning", f"the router still lists {self.worker} healthy 5s after its removal; removing it "
-                       "again")
+                a.emit("warning", f"the router still lists {self.worker} healthy {REMOVAL_GRACE_S:g}s after its "
+                       "removal; removing it again")
                 self.delete(live, None)
-                again[0] = time.monotonic() + 5.0
+                again[0] = time.monotonic() + REMOVAL_GRACE_S
             if now is None:
                 return False, f"the router answers {self.problem}"
             # smg lists a removed worker unhealthy (no requests) for a few seconds before it drops it
@@ -233,6 +236,7 @@ class RouterLink:
     def _guard_loop(self) -> None:
         a = self.agent
         down_since: float | None = None
+        removed_at: dict[str, float] = {}  # the worker ids this guard removed, and when
         while self._guarding.is_set():
             now = self.listed()
             if not self._guarding.is_set():
@@ -246,10 +250,13 @@ class RouterLink:
                        "(restarted?)")
                 down_since = None
             live = [w for w in now or [] if w.get("is_healthy", True)]  # an unhealthy entry gets no requests
+            # one just removed may be listed until the router has finished its queued removal
+            live = [w for w in live if time.monotonic() - removed_at.get(str(w.get("id", "")), -1e9) > REMOVAL_GRACE_S]
             if live:
                 a.emit("warning", f"the router lists {self.worker} again while it is out (a restarted router "
                        "re-adds the workers on its command line); taking it out again")
                 self.delete(live, None)
+                removed_at.update((str(w.get("id", "")), time.monotonic()) for w in live)
             self._guarding.wait(GUARD_S)
 
     def drain(self) -> None:
