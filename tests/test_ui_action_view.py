@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from textual.containers import VerticalScroll
+from textual.geometry import Region
 from textual.widgets import Button, Input, Select, Static
 
 import sample_data as sd
@@ -21,7 +22,7 @@ from specconsole.actions.deploy.preflight import DeployPlan, DeployRefused, Depl
 from specconsole.config import parse_config
 from specconsole.lab.parts.state import free_port
 from specconsole.sglang.acceptance import AcceptanceDetail
-from specconsole.steps import StepEvent, Steps
+from specconsole.steps import StepEvent, Steps, audit
 from specconsole.ui.console.app import ConsoleApp
 from specconsole.ui.panes.action_view import ActionPanel, ActionTrack
 from specconsole.ui.panes.events_pane import EventList, EventsPane
@@ -101,10 +102,11 @@ async def test_action_view_stays_until_dismissed_and_fits_80x24(tmp_path: Path) 
         last = sd.sample_deploy_events()[-1]
         app.actions.emit(StepEvent("deploy", "done", "deployed: DFLASH window 16", step="smoke", host="serve",
                                   at=last.at + 3, elapsed_s=17.1))
-        await pilot.pause()
+        # the last step's row scrolls into view once the panel's new lines are laid out
+        await wait_for(lambda: "✓ restart" in app.screen_text(), 5, what="the last step's row", pilot=pilot)
         screen = app.screen_text()
         assert "Deploy to serve · done in 17.1s" in screen and "✓ deployed: DFLASH window 16" in screen
-        assert "▶ restart" not in screen and "✓ restart" in screen
+        assert "▶ restart" not in screen
         region = panel.region
         assert region.y + region.height <= 23 and region.width == 80  # above the footer, the full width
         await pilot.press("escape")
@@ -444,6 +446,86 @@ async def test_a_running_actions_heartbeats_lay_nothing_out(tmp_path: Path) -> N
         assert "waiting for /health: 3s of 600s" in app.screen_text()
         assert log.scroll_y == log.max_scroll_y  # still following the newest line
         assert "heartbeat 3: waiting for /health" in app.screen_text()
+
+
+async def test_heartbeats_wait_for_the_next_redraw_and_replace_their_line(tmp_path: Path) -> None:
+    """Issue 34: with redraws at least once a second, a heartbeat costs no frame of its own: it
+    reaches the action view and the events pane with the next redraw, where a wait's latest
+    heartbeat takes the place of the one before (one row drawn again, no scroll); the event log
+    (and its audit file) keeps every one, and an event of another kind in between starts a new line."""
+    app = frozen(tmp_path)
+    for i in range(60):
+        app.events.emit(f"earlier event {i}", "serve")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        screen, log = app.screen, app.query_one(EventList)
+        emit = audit(app.events, also=app.actions.emit)
+        app.actions.open("deploy", "Deploy to serve", "serve")
+        steps = Steps("deploy", emit, host="serve")
+        steps.begin("restart", "restarting sglang.service")
+        screen._redraw_timer.pause()  # the test redraws (a refresh_s of 1 s would come at any time)
+        screen.refresh_panes()
+        await pilot.pause()
+        await pilot.pause()
+        assert screen.heartbeats_wait
+        frames: list[bool] = []
+        update = screen._compositor.render_update
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            frames.append(True)
+            return update(*args, **kwargs)
+
+        screen._compositor.render_update = counted  # type: ignore[method-assign]
+        lines_before = len(log.lines)
+        for n in range(3):
+            steps.emit("heartbeat", f"waiting for /health: {n}s of 600s")
+            await pilot.pause()
+            await pilot.pause()
+        assert frames == []  # nothing drawn yet
+        assert "waiting for /health" not in app.screen_text()
+        screen.refresh_panes()
+        await pilot.pause()
+        text = app.screen_text()
+        assert "waiting for /health: 2s of 600s" in text and "waiting for /health: 1s" not in text
+        assert len(log.lines) == lines_before + 1 and log.lines[-1].endswith("waiting for /health: 2s of 600s")
+        assert log.scroll_y == log.max_scroll_y
+        frames.clear()
+        repainted: list[Region] = []
+        refresh = log.refresh
+        log.refresh = lambda *regions, **kw: (repainted.extend(regions), refresh(*regions, **kw))[1]  # type: ignore[method-assign]
+        steps.emit("heartbeat", "waiting for /health: 3s of 600s")
+        screen.refresh_panes()
+        await pilot.pause()
+        # its one row, left of the scrollbar
+        assert len(frames) == 1 and repainted == [Region(0, log.size.height - 1, log.size.width - 1, 1)]
+        assert log.lines[-1].endswith("waiting for /health: 3s of 600s") and len(log.lines) == lines_before + 1
+        assert "waiting for /health: 3s of 600s" in app.screen_text()
+        steps.emit("command", "curl -s /health", command="curl -s /health")
+        steps.emit("heartbeat", "waiting for /health: 4s of 600s")
+        steps.emit("heartbeat", "waiting for /health: 5s of 600s")
+        screen.refresh_panes()
+        await pilot.pause()
+        assert [line.split(maxsplit=2)[2] for line in log.lines[-3:]] == [
+            "waiting for /health: 3s of 600s", "$ curl -s /health", "waiting for /health: 5s of 600s"]
+    kept = [e.message for e in app.events.recent if e.data.get("kind") == "heartbeat"]  # what the audit log got
+    assert kept == [f"waiting for /health: {n}s of 600s" for n in range(6)]
+
+
+async def test_a_wait_longer_than_its_row_is_wrapped_again(tmp_path: Path) -> None:
+    """The next heartbeat of a wait wrapping to more rows than the one before is wrapped anew."""
+    app = frozen(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen, log = app.screen, app.query_one(EventList)
+        emit = audit(app.events)
+        long = "waiting: 2s; journal: " + "x" * 120
+        for message in ("waiting: 1s", long):
+            emit(StepEvent("deploy", "heartbeat", message, step="restart", host="serve"))
+            screen.refresh_panes()
+            await pilot.pause()
+        assert log.lines[-1].endswith(long) and not any(line.endswith("waiting: 1s") for line in log.lines)
+        rows = [row for i, row in log._rows if i == len(log.lines) - 1]
+        assert len(rows) == 3 and "".join(r.strip() for r in rows).endswith(long)
 
 
 async def test_events_arriving_while_the_console_closes_are_no_error(tmp_path: Path) -> None:

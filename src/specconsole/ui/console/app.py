@@ -263,6 +263,9 @@ class ConsoleApp(App[int]):
         self.new_events.append(event)  # deque.append is thread-safe
         if not self.is_running:
             return
+        screen = self._console_screen
+        if event.data.get("kind") == "heartbeat" and screen is not None and screen.heartbeats_wait:
+            return  # the next redraw flushes it, within a second, in its own frame
         if threading.get_ident() != self._console_thread_id:
             self.call_from_thread(self._flush_events)
         else:

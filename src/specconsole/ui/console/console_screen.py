@@ -48,6 +48,9 @@ from specconsole.ui.widgets.footer import ConsoleFooter
 
 #: How soon after a connection change (or a host's first data) the panes are redrawn.
 COALESCE_S = 0.05
+#: redraws at least this often (``console.refresh_s``): a heartbeat waits for the next one, drawn in
+#: its frame, instead of costing two frames a second of its own (issue 34)
+HEARTBEAT_DRAW_S = 1.0
 
 W = TypeVar("W", bound=Widget)
 
@@ -111,6 +114,7 @@ class ConsoleScreen(Screen[None]):
         self._hosts_seen: set[str] = set()  # hosts that had complete data at a redraw
         self._thread_id = threading.get_ident()
         self._composed = False  # its panes are all mounted (their own parts too): it may draw
+        self._heartbeats_wait = True  # see heartbeats_wait
         #: redraws so far (tests)
         self.redraws = 0
 
@@ -139,13 +143,25 @@ class ConsoleScreen(Screen[None]):
         self.console.fleet.subscribe(self.fleet_changed)
         self._redraw_timer = self.set_interval(max(0.1, self.console.config.console.refresh_s),
                                                self.refresh_panes, name="refresh")
-        self.query_one(ActionPanel).display = False
+        panel = self.query_one(ActionPanel)
+        panel.display = False
+        panel.heartbeats_wait = self.heartbeats_wait
         self.console.fleet_nav.apply()
         self.refresh_panes()
 
     def stop_redraws(self) -> None:
         if self._redraw_timer is not None:
             self._redraw_timer.stop()
+        self.heartbeats_wait = self.query_one(ActionPanel).heartbeats_wait = False
+
+    @property
+    def heartbeats_wait(self) -> bool:
+        """Heartbeats reach the screen with the next redraw (it comes within HEARTBEAT_DRAW_S)."""
+        return self._heartbeats_wait and self.console.config.console.refresh_s <= HEARTBEAT_DRAW_S
+
+    @heartbeats_wait.setter
+    def heartbeats_wait(self, value: bool) -> None:
+        self._heartbeats_wait = value
 
     def panes_changed(self) -> None:
         """Per-host panes were mounted or removed (a fleet drill-down): look them up again."""

@@ -184,7 +184,8 @@ class ActionTrack:
 class ActionPanel(Vertical):
     """The docked panel drawing an :class:`ActionTrack`; hidden until an action starts.
 
-    A redraw (each heartbeat, at least every 0.5 s, and each refresh) repaints only what changed:
+    A redraw (each event, and each refresh; a heartbeat, at least every 0.5 s, waits for the next
+    refresh when refreshes come at least once a second: ``heartbeats_wait``) repaints only what changed:
     its lines are :class:`TextBlock` s (the changed rows; a relayout only when a height changes),
     and the border's title, subtitle, classes and height are set only when they change (setting a
     title repaints the whole panel, ``Static.update`` laid the whole screen out)."""
@@ -197,8 +198,10 @@ class ActionPanel(Vertical):
         #: instead of the step list; the replicas' events go to it, the rollout's own to the track
         self.board: Board | None = None
         self._shown_count = -1
-        self._shown_lines = -1
         self._titles: tuple[str, str] | None = None
+        #: a heartbeat waits for the screen's next redraw (set by the screen when it redraws at least
+        #: once a second): it then costs no frame of its own, and the operator sees it within a second
+        self.heartbeats_wait = False
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="action-scroll"):
@@ -217,7 +220,7 @@ class ActionPanel(Vertical):
         self.track = ActionTrack(title, host, now, action=action)
         self.state_fn = state
         self.board = None
-        self._shown_count = self._shown_lines = -1
+        self._shown_count = -1
         self.display = True
         self.redraw(now)
         return self.track
@@ -238,10 +241,10 @@ class ActionPanel(Vertical):
             if event.acceptance:
                 self.track.acceptance = event.acceptance
             self.track.latest = f"{event.host}: {event.message}"
+        else:
+            self.track.feed(event)
+        if not (self.heartbeats_wait and event.kind == "heartbeat"):
             self.redraw(event.at)
-            return True
-        self.track.feed(event)
-        self.redraw(event.at)
         return True
 
     def close(self) -> bool:
@@ -307,10 +310,13 @@ class ActionPanel(Vertical):
             # the steps (or the board) stay in view; an acceptance plot is below them, for the scroll
             if plot:
                 self.call_after_refresh(scroll.scroll_home, animate=False)
-            # else the newest line into view; no lines added and the end in view already: nothing to scroll
-            elif len(lines) != self._shown_lines or scroll.scroll_y < scroll.max_scroll_y:
-                self.call_after_refresh(scroll.scroll_end, animate=False)
-            self._shown_lines = len(lines)
+            else:  # the newest line into view, once the new lines are laid out (the end in view: no scroll)
+                self.call_after_refresh(self._steps_to_end)
+
+    def _steps_to_end(self) -> None:
+        scroll = self.query_one("#action-scroll", VerticalScroll)
+        if scroll.scroll_y < scroll.max_scroll_y:
+            scroll.scroll_end(animate=False)
 
     @property
     def text(self) -> str:

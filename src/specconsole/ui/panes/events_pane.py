@@ -6,14 +6,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.css.scalar import Scalar
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -101,7 +101,20 @@ class EventList(ScrollView, can_focus=True):
             self.refresh()
 
     def add(self, events: list[Event]) -> None:
-        for event in events:
+        batch: list[Event] = []
+        for event in events:  # a wait's latest heartbeat only (the audit log keeps each)
+            if batch and same_wait(batch[-1], event):
+                batch[-1] = event
+            else:
+                batch.append(event)
+        if batch and self._replace_wait(batch[0]):
+            batch = batch[1:]
+        if not batch:
+            return
+        for event in batch:
+            if self.events and same_wait(self.events[-1], event):  # the wait's latest heartbeat only
+                self.events.pop()
+                self._lines.pop()
             self.events.append(event)
             self._lines.append(printable(event.line()))  # a host's ESC or U+202E is shown, not obeyed
         settled = self._rewrap()
@@ -111,6 +124,24 @@ class EventList(ScrollView, can_focus=True):
         elif self._follow:  # after the new size is laid out, or the end is not the end yet
             self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
         self.refresh()
+
+    def _replace_wait(self, event: Event) -> bool:
+        """``event`` is the next heartbeat of the wait on the last line, wrapped to as many rows:
+        its rows take the old ones' place and only they are drawn again (no rewrap, no scroll)."""
+        if not self.events or not same_wait(self.events[-1], event) or self._wrap_width != self._width():
+            return False
+        line = printable(event.line())
+        rows = self.wrap(line, self._wrap_width)
+        index = len(self._lines) - 1
+        first = len(self._rows) - len(rows)
+        if first < 0 or self._rows[first][0] != index or (first and self._rows[first - 1][0] == index):
+            return False  # the old line had another number of rows
+        self.events[-1] = event
+        self._lines[-1] = line
+        self._rows[first:] = [(index, row) for row in rows]
+        # those rows, left of the scrollbar (ScrollView.refresh_lines takes its column too: a render of it)
+        self.refresh(Region(0, first - self.scroll_offset.y, self.scrollable_content_region.width, len(rows)))
+        return True
 
     @property
     def lines(self) -> list[str]:
@@ -131,14 +162,21 @@ class EventList(ScrollView, can_focus=True):
         color = {"error": palette.error, "warning": palette.warning, "step": palette.accent}.get(level)
         key = (row, color, width, base)
         strip = self._strips.get(key)
-        if strip is None:
-            text = Text(row, style=color or "", no_wrap=True, end="")
-            segments = list(text.render(self.app.console))
-            strip = Strip(Segment.apply_style(segments, base), text.cell_len).crop_extend(0, width, base)
+        if strip is None:  # one segment: the row is plain text (printable), one colour over the base style
+            style = base + Style.parse(color) if color else base
+            strip = Strip([Segment(row, style)], cell_len(row)).crop_extend(0, width, base)
             if len(self._strips) >= STRIPS_KEPT:
                 self._strips.clear()
             self._strips[key] = strip
         return strip
+
+
+def same_wait(shown: Event, new: Event) -> bool:
+    """``new`` is a heartbeat of the same wait (host, action, step) as ``shown``: the events pane
+    shows a wait's latest heartbeat in place of the one before (the audit log keeps each)."""
+    data, before = new.data, shown.data
+    return (data.get("kind") == "heartbeat" and before.get("kind") == "heartbeat" and shown.source == new.source
+            and before.get("action") == data.get("action") and before.get("step") == data.get("step"))
 
 
 class EventsPane(Vertical):
