@@ -449,7 +449,8 @@ async def test_client_errors_are_one_line(tiny: Callable[..., TinyServer]) -> No
 
 async def test_clients_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
     """Through a tunnel the source makes a new client after every failed poll (each second while
-    SGLang is down): the CA bundle (30-90 ms of CPU to load) is loaded once per process, not per client."""
+    SGLang is down): the CA bundle (30-90 ms of CPU to load) is loaded once per process, not per client,
+    and not at all for a plain-http server (issue 34: 0.1 s of the console's first second)."""
     import ssl
 
     from specconsole.sglang import client as client_module
@@ -465,6 +466,10 @@ async def test_clients_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) ->
     client_module.tls_context.cache_clear()
     for _ in range(4):
         async with SglangClient("http://127.0.0.1:9", timeout_s=0.5):
+            pass
+    assert made == []
+    for _ in range(4):
+        async with SglangClient("https://127.0.0.1:9", timeout_s=0.5):
             pass
     assert len(made) == 1
 

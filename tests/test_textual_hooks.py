@@ -98,4 +98,23 @@ def test_the_footer_hooks() -> None:
     user = "src/specconsole/ui/widgets/footer.py (ConsoleFooter.bindings_changed)"
     hook(params_of(Footer, "bindings_changed") == ["self", "screen"], "Footer.bindings_changed(self, screen)", user)
     hook("self._bindings_ready = True" in _source(Footer.bindings_changed), "Footer._bindings_ready", user)
-    hook("app_focus" in _source(Footer.bindings_changed), "Footer skips recomposing without app focus", user)
+    compose = _source(Footer.compose)
+    hook("self._bindings_ready" in compose and "self.screen.active_bindings" in compose
+         and "self.show_command_palette" in compose and "Footer.compact" in compose,
+         "Footer.compose builds its keys from screen.active_bindings, compact and show_command_palette", user)
+
+
+def test_the_breakpoint_hooks() -> None:
+    user = "src/specconsole/ui/console/console_screen.py (ConsoleScreen.__init__'s breakpoint classes)"
+    hook(params_of(Screen, "_get_breakpoint_classes") == ["self", "dimension", "breakpoints"],
+         "Screen._get_breakpoint_classes(dimension, breakpoints)", user)
+    hook("self.update_classes(breakpoints" in _source(Screen._on_resize), "Screen._on_resize sets the breakpoint "
+         "classes with update_classes (which styles nothing when they are set already)", user)
+
+
+def test_the_focus_restyle_hook() -> None:
+    user = "src/specconsole/ui/console/console_screen.py (Body.watch_has_focus)"
+    code = [line.strip() for line in _source(Widget.watch_has_focus).splitlines()[1:]
+            if line.strip() and not line.strip().startswith('"""')]
+    hook(code == ["self.update_node_styles()"], "Widget.watch_has_focus (only a restyle of the widget and "
+         "what is in it)", user)

@@ -130,3 +130,31 @@ def test_gpu_summary_counts_missing_gpus_and_colours_the_worst() -> None:
     assert first.startswith("8× H200 · ") and f"[b {palette.error}]1 MISSING[/]" in first
     assert f"[{palette.error}]93°C[/]" in first and "util [b]96%[/] (95–97%)" in first
     assert second == f"mem 418/983 GiB · [{palette.warning}]4.4/4.9 kW[/]"  # one GPU at 91 % of its power limit
+
+
+async def test_no_style_inside_the_body_depends_on_its_focus(app: ConsoleApp) -> None:
+    """``Body`` restyles only itself when it gains or loses focus (issue 34): every node inside it
+    styles the same, restyled in full, with the body focused and with nothing focused."""
+    from textual.containers import VerticalScroll
+
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        body = app.query_one("#body", VerticalScroll)
+        inside = list(body.walk_children())
+        assert len(inside) > 20
+
+        def styles_inside() -> list[str]:
+            app.stylesheet.update_nodes([body, *inside], animate=False)
+            return [node.styles.css for node in inside]
+
+        body.focus()
+        await pilot.pause()
+        assert app.focused is body and body.has_pseudo_class("focus")
+        focused = styles_inside()
+        app.screen.set_focus(None)
+        await pilot.pause()
+        assert app.focused is None and not body.has_pseudo_class("focus")
+        assert styles_inside() == focused
+        body.focus()  # and the body's own rule still follows its focus
+        await pilot.pause()
+        assert "scrollbar-color" in body.styles.css

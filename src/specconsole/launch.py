@@ -3,7 +3,8 @@
 tmux runs ``specconsole status --tmux`` every ``status-interval``; it reads one small file
 (:mod:`specconsole.recorder.tmux`), so it does not wait ~100 ms for the CLI's modules. Every other
 command goes to :func:`specconsole.cli.main`, with the dependencies' warnings filtered first
-(:mod:`specconsole.dependency_warnings`: the operator's stderr carries what specconsole says).
+(:mod:`specconsole.dependency_warnings`: the operator's stderr carries what specconsole says), and
+httpx's command-line client kept out of the process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
         from specconsole.recorder.tmux import main as tmux_main
 
         return tmux_main(args[1:])
+    # httpx imports its own command-line client (click, pygments, rich's syntax and progress) with
+    # the library, for the `httpx` command, which specconsole never runs: 20-25 ms of every start
+    # (issue 34). A None entry makes that import fail, and httpx then defines a stub in its place.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from specconsole import dependency_warnings
 
     dependency_warnings.quiet()

@@ -71,6 +71,15 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
+@functools.cache
+def no_tls_context() -> ssl.SSLContext:
+    """The context of a client of a plain ``http://`` server: it verifies like any (no CA loaded, so
+    no TLS server would pass), and costs nothing to make. httpx makes a client's context when the
+    client is made, and the CA bundle (``tls_context``) took 0.1 s of the console's first second
+    for a server that never speaks TLS (issue 34)."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 class SglangClient:
     """Async client for one SGLang server. Every failure raises a one-line SglangError."""
 
@@ -90,7 +99,8 @@ class SglangClient:
         self.max_metrics_bytes = max_metrics_bytes
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, headers=headers,
-                                       trust_env=False, verify=tls_context())
+                                       trust_env=False,
+                                       verify=tls_context() if self.base_url.startswith("https:") else no_tls_context())
         self._last_gen: tuple[float, float] | None = None  # (monotonic, total)
         self._last_rate: float | None = None
 

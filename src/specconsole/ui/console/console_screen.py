@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 
 from textual.app import ComposeResult
 from textual.containers import Container, VerticalScroll
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
@@ -101,6 +102,17 @@ class ScreenHost(Protocol):
     first_full_frame_at: float | None
 
 
+class Body(VerticalScroll):
+    """The panes' scroll (``#body``), which takes the focus as the console opens.
+
+    Its focus restyles only itself: no rule styles what is in it by the body's focus (``#body:focus``
+    is its own scrollbar's colour; tests/test_ui_layout.py checks every descendant's styles both
+    ways), and Textual's restyle of all 40 of them cost ~20 ms of the first frame (issue 34)."""
+
+    def watch_has_focus(self, _has_focus: bool) -> None:
+        self.app.stylesheet.update_nodes([self], animate=True)
+
+
 class ConsoleScreen(Screen[None]):
     """The panes and their redraw (``console.refresh_s``, and coalesced on connection changes)."""
 
@@ -117,6 +129,15 @@ class ConsoleScreen(Screen[None]):
         self._heartbeats_wait = True  # see heartbeats_wait
         #: redraws so far (tests)
         self.redraws = 0
+        # the breakpoint classes (the app's -narrow/-tall...) for the terminal's size now: the first
+        # Resize, which sets them, then finds them set and does not style every widget a second time
+        self.update_classes(self._breakpoints(self.app.size), update=False)
+
+    def _breakpoints(self, size: Size) -> dict[str, bool]:
+        """Which breakpoint classes ``Screen._on_resize`` gives a screen of ``size``."""
+        across, down = self.app.HORIZONTAL_BREAKPOINTS or [], self.app.VERTICAL_BREAKPOINTS or []
+        chosen = self._get_breakpoint_classes(size.width, across) | self._get_breakpoint_classes(size.height, down)
+        return {name: name in chosen for _, name in (*across, *down)}
 
     def compose(self) -> ComposeResult:
         console = self.console
@@ -125,7 +146,7 @@ class ConsoleScreen(Screen[None]):
         panes = per_host_panes(() if nav.fleet_mode else console.config.hosts)
         yield SummaryBar(id="summary")
         yield FleetView(console.config, nav, console.key_plan.key_of, id="fleet")
-        with VerticalScroll(id="body"):
+        with Body(id="body"):
             with Container(id="hosts", classes=f"-n{min(len(panes['hosts']), 3)}"):
                 yield from panes["hosts"]
             # the eval pane beside a column of the serving and training panes (one under the other
