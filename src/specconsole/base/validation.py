@@ -12,7 +12,6 @@ file, with did-you-mean hints. A new constrained field is one line::
 from __future__ import annotations
 
 import difflib
-import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -126,11 +125,16 @@ def convert(data: object, cls: type[S], *, label: Callable[[object, Path], str] 
         raise Invalid(None, *TOO_DEEP) from None
 
 
-@functools.cache
-def _type_info(cls: type) -> mi.Type:
-    """msgspec's description of ``cls`` (a walk of every annotation: ~3 ms for the config, at each
-    start; the declarations do not change while the process runs)."""
-    return mi.type_info(cls)
+_TYPE_INFO: dict[Any, mi.Type] = {}
+
+
+def _type_info(cls: Any) -> mi.Type:
+    """msgspec's description of ``cls``, made once per process (a walk of every annotation: ~3 ms
+    for the config; the declarations do not change while the process runs)."""
+    info = _TYPE_INFO.get(cls)
+    if info is None:
+        info = _TYPE_INFO[cls] = mi.type_info(cls)
+    return info
 
 
 def _convert(data: object, cls: type[S], label: Callable[[object, Path], str] | None, top: str, json: bool) -> S:
