@@ -173,7 +173,10 @@ class ConsoleScreen(Screen[None]):
     def stop_redraws(self) -> None:
         if self._redraw_timer is not None:
             self._redraw_timer.stop()
-        self.heartbeats_wait = self.query_one(ActionPanel).heartbeats_wait = False
+        self.heartbeats_wait = False  # no redraw to wait for: heartbeats are drawn as they come
+        panel = self._one(ActionPanel) if self._composed else None  # gone already while the console closes
+        if panel is not None:
+            panel.heartbeats_wait = False
 
     @property
     def heartbeats_wait(self) -> bool:
