@@ -59,7 +59,7 @@ async def test_eight_replicas_one_line_each_at_80x24(tmp_path: Path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         replicas, panel, _ = open_board(app, 8)
-        panel.heartbeats_wait = False  # drawn as they come (as with refresh_s > 1 s): the clock is theirs
+        app.screen.heartbeats_wait = False  # drawn as they come (as with refresh_s > 1 s): the clock is theirs
         at = NOW
         app.actions.emit(StepEvent("rollout", "step", "measuring the gate's 3 prompts", step="baseline", at=at))
         replicas[0].state, replicas[0].figures = "promoted", Figures(5.25, 449.6, 3, 357)

@@ -156,7 +156,7 @@ class ConsoleScreen(Screen[None]):
                 with Container(id="middle"):
                     yield from panes["middle"]
             yield EventsPane(console.events, id="events")
-        yield ActionPanel(id="action")
+        yield ActionPanel(heartbeats_wait=lambda: self.heartbeats_wait, id="action")
         yield ConsoleFooter()
 
     def on_mount(self) -> None:
@@ -164,9 +164,7 @@ class ConsoleScreen(Screen[None]):
         self.console.fleet.subscribe(self.fleet_changed)
         self._redraw_timer = self.set_interval(max(0.1, self.console.config.console.refresh_s),
                                                self.refresh_panes, name="refresh")
-        panel = self.query_one(ActionPanel)
-        panel.display = False
-        panel.heartbeats_wait = self.heartbeats_wait
+        self.query_one(ActionPanel).display = False
         self.console.fleet_nav.apply()
         self.refresh_panes()
 
@@ -174,9 +172,6 @@ class ConsoleScreen(Screen[None]):
         if self._redraw_timer is not None:
             self._redraw_timer.stop()
         self.heartbeats_wait = False  # no redraw to wait for: heartbeats are drawn as they come
-        panel = self._one(ActionPanel) if self._composed else None  # gone already while the console closes
-        if panel is not None:
-            panel.heartbeats_wait = False
 
     @property
     def heartbeats_wait(self) -> bool:

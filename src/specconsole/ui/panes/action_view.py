@@ -190,7 +190,7 @@ class ActionPanel(Vertical):
     and the border's title, subtitle, classes and height are set only when they change (setting a
     title repaints the whole panel, ``Static.update`` laid the whole screen out)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, heartbeats_wait: Callable[[], bool] = lambda: False, **kwargs: Any) -> None:
         super().__init__(classes="pane action-panel", **kwargs)
         self.track: ActionTrack | None = None
         self.state_fn: Callable[[], str] | None = None
@@ -199,9 +199,9 @@ class ActionPanel(Vertical):
         self.board: Board | None = None
         self._shown_count = -1
         self._titles: tuple[str, str] | None = None
-        #: a heartbeat waits for the screen's next redraw (set by the screen when it redraws at least
-        #: once a second): it then costs no frame of its own, and the operator sees it within a second
-        self.heartbeats_wait = False
+        #: whether a heartbeat waits for the screen's next redraw (the screen's answer: it redraws at
+        #: least once a second): it then costs no frame of its own, and is on screen within a second
+        self.heartbeats_wait = heartbeats_wait
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="action-scroll"):
@@ -243,7 +243,7 @@ class ActionPanel(Vertical):
             self.track.latest = f"{event.host}: {event.message}"
         else:
             self.track.feed(event)
-        if not (self.heartbeats_wait and event.kind == "heartbeat"):
+        if event.kind != "heartbeat" or not self.heartbeats_wait():
             self.redraw(event.at)
         return True
 
