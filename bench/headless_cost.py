@@ -4,7 +4,9 @@ end to end, isolated so that two source trees can be compared on a busy machine.
 
 - ingest: N hosts' ``nvidia-smi --query-gpu`` streams (G GPUs each, one burst per period, the
   lines in memory) read by ``NvidiaSmiSource._consume_gpus`` all at once: CPU µs per line, and the
-  tasks created while reading;
+  tasks created while reading; with ``--frames``, the bursts as the host-side frame filter
+  (``remote/smi_frames.py``, the measured tree's) sends them, each frame one read as one SSH
+  packet brings it, read with ``gpu.frames`` on;
 - json: one ``--watch --json`` line for N hosts with G GPUs each, every host's GPU sample new
   (the 1 Hz steady state) and none new: CPU ms per line.
 
@@ -13,7 +15,7 @@ Runs whatever ``specconsole`` is importable: compare trees with
 ``specconsole.status_watch`` is measured with its ``json.dumps(status_json(...))``, one without
 ``specconsole.lab.testing.smi_stream``, the nvidia-smi stream double, with this checkout's copy).
 
-Usage: .venv/bin/python bench/headless_cost.py [--hosts 400] [--gpus 8] [--bursts 20]
+Usage: .venv/bin/python bench/headless_cost.py [--hosts 400] [--gpus 8] [--bursts 20] [--frames]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import dataclasses
 import importlib.util
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ import specconsole
 from specconsole.base.samples import Sample
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
-from specconsole.hosts.base import Connection, ConnState
+from specconsole.hosts.base import Connection, ConnState, StreamProcess
 from specconsole.hosts.local import LocalHost
 from specconsole.monitor import HostStatus
 from specconsole.report import status_json
@@ -60,7 +62,52 @@ def bursts_of(stream: Any, gpus: int, bursts: int) -> list[list[str]]:
             for b in range(bursts)]
 
 
-async def ingest(hosts: int, gpus: int, bursts: int) -> tuple[float, int, int]:
+class Chunks(StreamProcess):
+    """A framed stream as SSH brings it: each burst's frame in one read (one packet), then a pause.
+    ``lines`` for a tree before ``line_batches`` (its SshStream yielded a chunk's lines with no
+    wait between them, as this does)."""
+
+    command = "framed nvidia-smi (chunks in memory)"
+
+    def __init__(self, bursts: list[list[str]], pause_s: float) -> None:
+        self.bursts = bursts
+        self.pause_s = pause_s
+
+    async def line_batches(self) -> AsyncIterator[list[str]]:
+        for burst in self.bursts:
+            await asyncio.sleep(0)  # the packet's read
+            yield burst
+            await asyncio.sleep(self.pause_s)
+
+    async def lines(self) -> AsyncIterator[str]:
+        async for burst in self.line_batches():
+            for line in burst:
+                yield line
+
+    async def wait(self) -> int | None:
+        return 0
+
+    @property
+    def stderr_text(self) -> str:
+        return ""
+
+    async def close(self) -> None:
+        pass
+
+
+def framed(bursts: list[list[str]]) -> list[list[str]]:
+    """``bursts`` as the frame filter sends them (each burst's lines, its closing ``.`` included)."""
+    from specconsole.remote.smi_frames import encode
+
+    out, last = [], []
+    for burst in bursts:
+        raw = [line.encode() for line in burst]
+        out.append(encode(raw, last).decode().split("\n")[:-1])
+        last = raw
+    return out
+
+
+async def ingest(hosts: int, gpus: int, bursts: int, frames: bool = False) -> tuple[float, int, int]:
     loop = asyncio.get_running_loop()
     created = 0
     default = loop.get_task_factory()
@@ -78,13 +125,18 @@ async def ingest(hosts: int, gpus: int, bursts: int) -> tuple[float, int, int]:
 
     stream = smi_stream()
     lines = bursts_of(stream, gpus, bursts)  # the same rows for every host, made before the clock starts
+    if frames:
+        lines = framed(lines)
     sources = []
     for h in range(hosts):
         src = NvidiaSmiSource(LocalHost(HostConfig(name=f"h{h}", role="train")), GpuConfig(interval_s=1.0))
-        src.frames = False  # the lines in memory are nvidia-smi's own (set on a tree before gpu.frames too: harmless)
+        src.frames = frames  # nvidia-smi's own lines, or framed (set on a tree before gpu.frames: harmless)
         src._apps_last_line = time.monotonic() + 3600  # apps known: no processes
         sources.append(src)
-    runs = [asyncio.ensure_future(s._consume_gpus(stream.SmiLines(lines, 0.05), publish)) for s in sources]
+    def proc() -> StreamProcess:
+        return Chunks(lines, 0.05) if frames else stream.SmiLines(lines, 0.05)
+
+    runs = [asyncio.ensure_future(s._consume_gpus(proc(), publish)) for s in sources]
     await asyncio.sleep(0)
     loop.set_task_factory(counting)  # type: ignore[arg-type]
     c0 = time.process_time()
@@ -140,11 +192,14 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--bursts", type=int, default=20, help="query-gpu bursts per host (ingest)")
     ap.add_argument("--ticks", type=int, default=10, help="JSON lines per case")
+    ap.add_argument("--frames", action="store_true",
+                    help="ingest framed bursts (gpu.frames) rather than nvidia-smi's own lines")
     args = ap.parse_args()
     print(f"specconsole from {specconsole.__file__}")
-    us, tasks, published = asyncio.run(ingest(args.hosts, args.gpus, args.bursts))
+    us, tasks, published = asyncio.run(ingest(args.hosts, args.gpus, args.bursts, args.frames))
     lines = args.hosts * args.gpus * args.bursts
-    print(f"ingest: {args.hosts} hosts x {args.gpus} GPUs x {args.bursts} bursts = {lines} lines: "
+    how = " (framed)" if args.frames else ""
+    print(f"ingest{how}: {args.hosts} hosts x {args.gpus} GPUs x {args.bursts} bursts = {lines} lines: "
           f"{us:.1f} CPU-µs/line, {tasks} tasks created while reading, {published} snapshots")
     how, changed, same = json_cost(args.hosts, args.gpus, args.ticks)
     print(f"json ({how}): {args.hosts} hosts x {args.gpus} GPUs: {changed:.1f} CPU-ms/line with every GPU "

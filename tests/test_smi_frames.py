@@ -1,6 +1,7 @@
 """The host-side frame filter for nvidia-smi (remote/smi_frames.py) and the console's decoder: a burst a
-write, rows unchanged since the burst before sent as "=", nvidia-smi's own lines, errors and exit status
-passed through; and a GPU source on a host without python3 falls back to nvidia-smi's own output."""
+write, rows unchanged since the burst before sent as "=", rows changed in a few cells as those cells,
+nvidia-smi's own lines, errors and exit status passed through; and a GPU source on a host without
+python3 falls back to nvidia-smi's own output."""
 
 from __future__ import annotations
 
@@ -148,3 +149,66 @@ def test_only_a_missing_python3_turns_the_frames_off(said: str, no_python: bool)
     assert source.frames is not no_python
     assert not NvidiaSmiSource(LocalHost(HostConfig(name="box", role="train")),
                                GpuConfig(interval_s=1.0))._no_python(1, said)  # only exit 127
+
+
+def test_rows_sent_as_their_changed_cells_read_as_whole_rows_do() -> None:
+    """A row that changed in a few cells goes out as ``~P=V;...``; the decoder's rows, parsed with
+    only those cells read (RowParser.parse_cells), give what parse_gpu_line gives for the row as
+    nvidia-smi printed it: odd cells, rows reordered between bursts (the row before at a place is
+    then another GPU's), cells with ';', a row with a cell too many, and rows that do not parse."""
+    from specconsole.formats.nvidia_smi import GpuParseError, RowParser, parse_gpu_line
+
+    rng = random.Random(5)
+    odd = ["[N/A]", "", " 5", "5 W", "٥", "1;2", "=3", "~"]
+
+    def row(i: int) -> str:
+        util = rng.choice(["0", "50", "97.5"]) if rng.random() > 0.1 else rng.choice(odd)
+        power = f"{rng.randint(100, 700)}.{rng.randint(10, 99)}" if rng.random() > 0.1 else rng.choice(odd)
+        line = f"{i}, GPU-{i:08d}, NVIDIA H200, {util}, 12, 20480, 143771, {power}, 700.00, 55, 1980, P0"
+        return line + ", 1" if rng.random() < 0.02 else line
+
+    parser, decoder = RowParser(), Unframer()
+    last: list[bytes] = []
+    patches = patched_rows = 0
+    for _ in range(3000):
+        order = list(range(4))
+        if rng.random() < 0.1:
+            rng.shuffle(order)
+        burst = [row(i) for i in order]
+        raw = [line.encode() for line in burst]
+        frame = encode(raw, last)
+        patches += sum(1 for sent in frame.split(b"\n") if sent.startswith(b"~"))
+        last = raw
+        got_rows = [decoder.row(framed) for framed in frame.decode().split("\n")[:-1]]
+        assert got_rows.pop() is None, "the burst's end"
+        for line, (cells, base, changed) in zip(burst, got_rows, strict=True):
+            assert ", ".join(cells) == line
+            patched_rows += bool(changed)
+            try:
+                want: object = parse_gpu_line(line)
+            except GpuParseError as err:
+                want = ("refused", str(err))
+            try:
+                got: object = parser.parse_cells(cells, base, changed)
+            except GpuParseError as err:
+                got = ("refused", str(err))
+            assert got == want, line
+    assert patches > 5000 and patched_rows == patches
+
+
+def test_a_patch_with_nothing_to_patch_is_a_line_of_its_own() -> None:
+    """A ``~`` line with no row before it, or parts that are not P=V of a cell, is taken as it came
+    (the GPU source refuses it as not a GPU row), and the stream goes on."""
+    decoder = Unframer()
+    assert decoder.row("~3=5") == (["~3=5"], None, ())
+    assert decoder.row(".") is None
+    assert decoder.row("~0=7") == (["7"], ["~3=5"], (0,))  # the row before was that line's
+    for bad in ("~9=1", "~x=1", "~1", "~"):
+        fresh = Unframer()
+        fresh.row("a, b")
+        fresh.row(".")
+        assert fresh.row(bad) == ([bad], None, ())
+    ok = Unframer()
+    ok.row("a, b")
+    ok.row(".")
+    assert ok.row("~1=c") == (["a", "c"], ["a", "b"], (1,))

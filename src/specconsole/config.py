@@ -71,7 +71,8 @@ class GpuConfig:
     source: GpuSource = "auto"
     interval_s: Annotated[float, _positive("it is the time between two readings")] = 1.0
     #: nvidia-smi's rows sent on by a small python3 filter on the host (remote/smi_frames.py, given
-    #: on its command line: nothing is written there), a burst a write, unchanged rows as "="; false:
+    #: on its command line: nothing is written there), a burst a write, unchanged rows as "=", changed
+    #: rows as their changed cells; false:
     #: nvidia-smi's own output (a host without python3 falls back to it by itself)
     frames: bool = True
 

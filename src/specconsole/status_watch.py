@@ -3,10 +3,10 @@ only what changed.
 
 - :class:`FixedTicks`: tick ``k`` is due at ``start + k * interval`` whatever printing took, so
   the watch loop does not drift; a tick more than one interval late is skipped, never bunched.
-- :class:`StatusJsonLines`: the same text as ``json.dumps(status_json(statuses, now))``, built
-  from parts cached per host: each sample's value is serialised once per sample (keyed by the
-  sample object, which a source replaces with every observation), the connection part once per
-  connection change; only ``age_s`` and ``stale`` are written each tick.
+- :class:`StatusJsonLines`: ``status_json(statuses, now)`` as one line of compact JSON (msgspec's
+  encoder, in C), built from parts cached per host: each sample's value is serialised once per
+  sample (keyed by the sample object, which a source replaces with every observation), the
+  connection part once per connection change; only ``age_s`` and ``stale`` are written each tick.
 """
 
 from __future__ import annotations
@@ -94,14 +94,16 @@ def _plain(value: Any) -> Any:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+_ENCODE = msgspec.json.Encoder().encode  # NaN and infinity are written as null, as jsonable makes them
+
+
 def _dumps(value: Any) -> str:
-    """``json.dumps(jsonable(value))``: msgspec's builtins conversion (in C) when the value holds
-    no NaN or infinity (``allow_nan=False`` raises then) and nothing msgspec does not know, else
-    :func:`_plain`, which turns those into null."""
+    """``jsonable(value)`` as compact JSON: msgspec encodes dataclasses, enums and tuples itself
+    (in C); a value holding anything it does not know goes through :func:`_plain` first."""
     try:
-        return json.dumps(msgspec.to_builtins(value, str_keys=True), allow_nan=False)
+        return _ENCODE(value).decode()
     except (TypeError, ValueError):
-        return json.dumps(_plain(value))
+        return _ENCODE(_plain(value)).decode()
 
 
 def _other(value: Any) -> Any:
@@ -127,27 +129,27 @@ class StatusJsonLines:
 
     def line(self, statuses: list[HostStatus], now: float | None = None) -> str:
         now = time.time() if now is None else now
-        hosts = ", ".join(self._host(s, now) for s in statuses)
+        hosts = ",".join(self._host(s, now) for s in statuses)
         names = {s.name for s in statuses}
         if len(self._heads) > len(names):  # hosts that are gone: forget them
             self._heads = {n: v for n, v in self._heads.items() if n in names}
             self._samples = {k: v for k, v in self._samples.items() if k[0] in names}
-        return '{"at": ' + json.dumps(iso(now)) + ', "hosts": [' + hosts + "]}"
+        return '{"at":' + _dumps(iso(now)) + ',"hosts":[' + hosts + "]}"
 
     def _host(self, s: HostStatus, now: float) -> str:
         key = (s.role, s.address, s.connection)
         cached = self._heads.get(s.name)
         if cached is None or cached[0] != key:
             c = s.connection
-            head = json.dumps({
+            head = _dumps({
                 "name": s.name, "role": s.role, "address": s.address, "reachable": s.reachable,
                 "connection": {"state": c.state.value, "since": iso(c.since), "attempt": c.attempt,
                                "last_ok": iso(c.last_ok), "last_error": c.last_error},
             })[:-1]
             cached = self._heads[s.name] = (key, head)
-        return (cached[1] + ', "gpu": ' + self._sample(s.name, "gpu", s.gpu, now)
-                + ', "sglang": ' + self._sample(s.name, "sglang", s.sglang, now)
-                + ', "training": ' + self._sample(s.name, "training", s.training, now) + "}")
+        return (cached[1] + ',"gpu":' + self._sample(s.name, "gpu", s.gpu, now)
+                + ',"sglang":' + self._sample(s.name, "sglang", s.sglang, now)
+                + ',"training":' + self._sample(s.name, "training", s.training, now) + "}")
 
     def _sample(self, host: str, kind: str, sample: Sample[Any] | None, now: float) -> str:
         if sample is None:
@@ -157,9 +159,9 @@ class StatusJsonLines:
             self.serialised += 1
             cached = self._samples[(host, kind)] = (
                 sample,
-                '{"at": ' + json.dumps(iso(sample.at)) + ', "age_s": ',
-                ', "interval_s": ' + json.dumps(sample.interval) + ', "stale": ',
-                ', "value": ' + _dumps(sample.value) + "}",
+                '{"at":' + _dumps(iso(sample.at)) + ',"age_s":',
+                ',"interval_s":' + _dumps(sample.interval) + ',"stale":',
+                ',"value":' + _dumps(sample.value) + "}",
             )
         _, head, middle, tail = cached
         age = max(0.0, now - sample.at)  # Sample.age and is_stale, inlined (3,000 a tick)

@@ -258,18 +258,31 @@ class RowParser:
         self._index_at, steps = _fast_plan(self.fields)
         #: per cell read: (its position in the row, the reading's argument it is, a number)
         self._steps = tuple((at, _READING_ARGS.index(key), number) for at, key, number in steps)
+        #: a cell's position -> (the reading's argument it is, a number), for the cells read
+        self._step_at = {at: (arg, number) for at, arg, number in self._steps}
         #: index cell -> its last common row: its cells, the reading's arguments, the reading
         self._last: dict[str, tuple[list[str], list[Any], GpuReading]] = {}
 
     def parse(self, line: str) -> GpuReading:
+        return self.parse_cells(line.rstrip("\r\n").split(", "))
+
+    def parse_cells(self, cells: list[str], base: list[str] | None = None,
+                    changed: tuple[int, ...] = ()) -> GpuReading:
+        """The row whose cells (``", "``-separated) are ``cells``. ``base``: the cells of a row
+        that ``cells`` equals except at the positions ``changed`` (a framed stream's ``=`` and
+        ``~``, :class:`~specconsole.sources.nvidia_smi.Unframer`); when it is this GPU's last
+        row, only those cells are read, else every cell is compared."""
         index_at = self._index_at
-        cells = line.rstrip("\r\n").split(", ")
         if len(cells) == len(self.fields):
             before = self._last.get(cells[index_at])
             if before is not None:
-                after = self._changed(cells, before)
+                if base is not None and before[0] is base and index_at not in changed:
+                    after = self._patched(cells, changed, before)
+                else:
+                    after = self._changed(cells, before)
                 if after is not None:
                     return after
+        line = ", ".join(cells)
         reading = _parse_plain_gpu_line(line, self.fields)
         if reading is None:
             self._last.pop(cells[index_at] if len(cells) > index_at else "", None)
@@ -281,7 +294,7 @@ class RowParser:
 
     def _changed(self, cells: list[str], before: tuple[list[str], list[Any], GpuReading]) -> GpuReading | None:
         """``before``'s reading with the cells that differ read anew; None when one is not common."""
-        old_cells, old_args, old = before
+        old_cells, old_args = before[0], before[1]
         args: list[Any] | None = None
         for at, arg, number in self._steps:
             cell = cells[at]
@@ -293,8 +306,33 @@ class RowParser:
             if args is None:
                 args = old_args.copy()
             args[arg] = value
+        return self._keep(cells, before, args)
+
+    def _patched(self, cells: list[str], changed: tuple[int, ...],
+                 before: tuple[list[str], list[Any], GpuReading]) -> GpuReading | None:
+        """``before``'s reading with the cells at ``changed`` read anew (the others are its own);
+        None when one is not common."""
+        args: list[Any] | None = None
+        step_at = self._step_at
+        for at in changed:
+            step = step_at.get(at)
+            if step is None:
+                continue
+            value = _common_cell(cells[at], step[1])
+            if value is _UNCOMMON:
+                return None
+            if args is None:
+                args = before[1].copy()
+            args[step[0]] = value
+        return self._keep(cells, before, args)
+
+    def _keep(self, cells: list[str], before: tuple[list[str], list[Any], GpuReading],
+              args: list[Any] | None) -> GpuReading:
+        """The reading of ``args`` (``before``'s when None), kept as this GPU's last with ``cells``."""
         if args is None:
-            return old
+            if cells is not before[0]:
+                self._last[cells[self._index_at]] = (cells, before[1], before[2])
+            return before[2]
         reading = GpuReading(*args, {})  # type: ignore[call-arg]
         self._last[cells[self._index_at]] = (cells, args, reading)
         return reading

@@ -105,6 +105,12 @@ class StreamProcess(abc.ABC):
     def lines(self) -> AsyncIterator[str]:
         """Stdout lines without their newline; ends when the command exits or the host drops."""
 
+    async def line_batches(self) -> AsyncIterator[list[str]]:
+        """:meth:`lines`, as the lists of lines that arrived together (a stream that reads a
+        chunk at a time gives a chunk's complete lines; this default, a line at a time)."""
+        async for line in self.lines():
+            yield [line]
+
     @abc.abstractmethod
     async def wait(self) -> int | None:
         """Exit status (None when the connection dropped before it was known)."""

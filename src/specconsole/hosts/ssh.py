@@ -69,9 +69,16 @@ class SshStream(StreamProcess):
                 self._stderr.append(chunk)
 
     async def lines(self) -> AsyncIterator[str]:
+        """The stream's lines (:meth:`line_batches`, one at a time)."""
+        async for batch in self.line_batches():
+            for line in batch:
+                yield line
+
+    async def line_batches(self) -> AsyncIterator[list[str]]:
         """The stream's lines, read a chunk at a time (whatever has arrived, up to
-        :data:`READ_CHUNK`): one wake-up per SSH packet, not one ``readline`` per line. A line
-        over :data:`STREAM_LINE_LIMIT` characters is cut out as it arrives (never held whole)."""
+        :data:`READ_CHUNK`): one wake-up per SSH packet, not one ``readline`` per line, and the
+        chunk's complete lines in one list. A line over :data:`STREAM_LINE_LIMIT` characters is
+        cut out as it arrives (never held whole)."""
         stdout = self._proc.stdout
         limit = STREAM_LINE_LIMIT
         partial = ""
@@ -84,19 +91,30 @@ class SshStream(StreamProcess):
                     if end < 0:
                         continue
                     skipping, chunk = False, chunk[end + 1:]
-                *complete, partial = (partial + chunk).split("\n")
-                for line in complete:
-                    if len(line) > limit:
-                        self._oversized(line)
-                        continue
-                    yield line.rstrip("\r")
+                text = partial + chunk
+                *complete, partial = text.split("\n")
+                if complete:
+                    if "\r" in text or len(text) > limit:
+                        complete = self._kept(complete)
+                    if complete:
+                        yield complete
                 if len(partial) > limit:
                     self._oversized(partial)
                     partial, skipping = "", True
             if partial:
-                yield partial.rstrip("\r")
+                yield [partial.rstrip("\r")]
         except (asyncssh.Error, OSError) as err:
             raise HostUnavailable(f"{self._host.name}: connection lost while streaming ({err})") from None
+
+    def _kept(self, lines: list[str]) -> list[str]:
+        """``lines`` without the over-long ones (counted) and their ``\\r`` ends."""
+        kept = []
+        for line in lines:
+            if len(line) > STREAM_LINE_LIMIT:
+                self._oversized(line)
+            else:
+                kept.append(line.rstrip("\r"))
+        return kept
 
     async def wait(self) -> int | None:
         try:

@@ -5,12 +5,18 @@
 nvidia-smi prints a burst of rows every period, and a pipe may carry each row as a write of its own:
 over SSH each becomes a packet the console decrypts and dispatches (8 GPUs: 8 packets a second). This
 filter reads the rows as they come, and once the burst is over (no output for ``QUIET_S``) writes it
-in one write, every row that is the same as the row at its place in the last burst replaced by
-``=``, and the burst closed by a line ``.``: one packet a period, and only the rows that changed.
-A line of nvidia-smi's that starts with ``=``, ``.`` or ``\\`` is sent with a ``\\`` before it.
+in one write: one packet a period, and of each row only what changed. A row is sent
+
+- as ``=`` when it is the same as the row at its place in the last burst;
+- as ``~P=V;P=V...`` when only some of its cells changed (cells are what ``", "`` separates, P a
+  cell's position from 0, V its new text), where that is shorter than the row and no new cell
+  holds a ``;``;
+- else whole, with a ``\\`` before it when it starts with ``=``, ``~``, ``.`` or ``\\``.
+
+A line ``.`` closes the burst.
 nvidia-smi's standard error passes through untouched, and its exit status is this script's (128+N
 when a signal N killed it, as a shell reports it).
-The console's side is :func:`specconsole.sources.nvidia_smi.unframe`.
+The console's side is :class:`specconsole.sources.nvidia_smi.Unframer`.
 """
 
 from __future__ import annotations
@@ -29,20 +35,39 @@ LINE_BYTES = 64 * 1024
 SAME = b"="
 END = b"."
 ESCAPE = b"\\"
+PATCH = b"~"
+CELLS = b", "  # what separates nvidia-smi's CSV cells
 
 
 def encode(burst: list[bytes], last: list[bytes]) -> bytes:
     """One burst's frame against the burst before it."""
     out = []
     for i, line in enumerate(burst):
-        if i < len(last) and last[i] == line:
+        before = last[i] if i < len(last) else None
+        patch = _patch(line, before) if before is not None and before != line else None
+        if before == line:
             out.append(SAME)
-        elif line[:1] in (SAME, END, ESCAPE):
+        elif patch is not None:
+            out.append(patch)
+        elif line[:1] in (SAME, END, ESCAPE, PATCH):
             out.append(ESCAPE + line)
         else:
             out.append(line)
     out.append(END)
     return b"\n".join(out) + b"\n"
+
+
+def _patch(line: bytes, before: bytes) -> bytes | None:
+    """``line`` as the cells that differ from ``before``'s (``~P=V;...``), or None when it has
+    other cells than ``before``, a new cell holds a ``;``, or the patch is not shorter."""
+    cells, old = line.split(CELLS), before.split(CELLS)
+    if len(cells) != len(old):
+        return None
+    changed = [b"%d=%s" % (i, cells[i]) for i in range(len(cells)) if cells[i] != old[i]]
+    patch = PATCH + b";".join(changed)
+    if len(patch) >= len(line) or any(b";" in c for c in changed):
+        return None
+    return patch
 
 
 def main(argv: list[str]) -> int:

@@ -53,28 +53,61 @@ def frames_script() -> str:
     return FRAMES_SCRIPT.read_text(encoding="utf-8")
 
 
+#: a row as cells (what ``", "`` separates), the row at its place in the burst before when the frame
+#: was made against it (``=``, ``~``), and the positions of the cells that differ from that row's
+FramedRow = tuple[list[str], list[str] | None, tuple[int, ...]]
+
+
 class Unframer:
-    """The console's side of :mod:`specconsole.remote.smi_frames`: the lines of a framed stream
-    back as nvidia-smi printed them. ``=`` is the line at its place in the burst before, ``.``
-    ends a burst (no line), ``\\`` escapes a line of nvidia-smi's own that starts so."""
+    """The console's side of :mod:`specconsole.remote.smi_frames`: the rows of a framed stream
+    back as nvidia-smi printed them. ``=`` is the row at its place in the burst before, ``~P=V;...``
+    that row with cell P now V, ``.`` ends a burst (no row), ``\\`` escapes a line of nvidia-smi's
+    own that starts so. A ``~`` with no row before it or a part that is not ``P=V`` for a cell of
+    that row stands for itself (a line the GPU source then refuses as not a GPU row)."""
 
     def __init__(self) -> None:
-        self.last: list[str] = []
-        self.burst: list[str] = []
+        self.last: list[list[str]] = []
+        self.burst: list[list[str]] = []
 
-    def line(self, framed: str) -> str | None:
-        """The line nvidia-smi printed for ``framed``; None for a burst's end."""
+    def row(self, framed: str) -> FramedRow | None:
+        """The row ``framed`` stands for; None for a burst's end."""
         if framed == ".":
             self.last, self.burst = self.burst, []
             return None
+        at = len(self.burst)
+        before = self.last[at] if at < len(self.last) else None
+        row: FramedRow
         if framed == "=":
-            at = len(self.burst)
-            line = self.last[at] if at < len(self.last) else ""
+            row = (before, before, ()) if before is not None else ([""], None, ())
+        elif framed[:1] == "~" and before is not None and (patched := _patched(framed, before)) is not None:
+            row = patched
         else:
-            line = framed[1:] if framed[:1] == "\\" else framed
-        if len(self.burst) < MAX_BURST:  # the filter ends a burst at 256 lines; anything else is not kept
-            self.burst.append(line)
-        return line
+            row = ((framed[1:] if framed[:1] == "\\" else framed).split(", "), None, ())
+        if at < MAX_BURST:  # the filter ends a burst at 256 lines; anything else is not kept
+            self.burst.append(row[0])
+        return row
+
+    def line(self, framed: str) -> str | None:
+        """The line nvidia-smi printed for ``framed``; None for a burst's end."""
+        row = self.row(framed)
+        return None if row is None else ", ".join(row[0])
+
+
+def _patched(framed: str, before: list[str]) -> FramedRow | None:
+    """``~P=V;...`` applied to ``before``; None when a part is not ``P=V`` for one of its cells."""
+    cells = before.copy()
+    changed = []
+    n = len(cells)
+    for part in framed[1:].split(";"):
+        at, eq, value = part.partition("=")
+        if not (eq and at.isdecimal()):
+            return None
+        i = int(at)
+        if i >= n:
+            return None
+        cells[i] = value
+        changed.append(i)
+    return cells, before, tuple(changed)
 
 
 async def unframe(lines: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -84,6 +117,7 @@ async def unframe(lines: AsyncIterator[str]) -> AsyncIterator[str]:
         line = decoder.line(framed)
         if line is not None:
             yield line
+
 
 #: A query-gpu stream silent this long (no GPU row) is restarted: 3 intervals, at least ...
 SILENCE_MIN_S = 5.0
@@ -275,8 +309,15 @@ class NvidiaSmiSource:
         wait = self._silence_wait
         batcher = _GpuBatcher(self, publish, asyncio.get_running_loop(), proc, wait)
         try:
-            async for line in self._lines(proc):
-                batcher.feed(time.time(), line)
+            feed = batcher.feed
+            row = Unframer().row if self.frames else None
+            async for lines in proc.line_batches():  # the lines that came together: one time
+                at = time.time()
+                for line in lines:
+                    if row is None:
+                        feed(at, line.split(", "))
+                    elif (got := row(line)) is not None:
+                        feed(at, *got)
         except Exception:
             if batcher.closing is None:  # not the end of a stream closed for its silence
                 batcher.cancel()
@@ -465,17 +506,22 @@ class _GpuBatcher:
             self.last_row_loop_time + silence_s, self._silence_check)
         self.closing: asyncio.Future[None] | None = None
 
-    def feed(self, at: float, line: str) -> None:
+    def feed(self, at: float, cells: list[str], base: list[str] | None = None,
+             changed: tuple[int, ...] = ()) -> None:
+        """One row (its cells; ``base`` and ``changed`` as :meth:`RowParser.parse_cells` takes them)."""
         src = self.source
         if self.proc.oversized_lines != self.oversized_seen:
             self.oversized_seen = self.proc.oversized_lines
             self.refuse(f"{quoted_line(self.proc.oversized_head)}, cut out for being longer than "
                         f"the {line_limit_text()} line limit", None)
-        if not line.strip() or is_header(line, QUERY_GPU_FIELDS):
+        first = cells[0]
+        if not first.isdecimal() and ((len(cells) == 1 and not first.strip())
+                                      or is_header(first, QUERY_GPU_FIELDS)):
             return
         try:
-            reading = src.rows_parser.parse(line)
+            reading = src.rows_parser.parse_cells(cells, base, changed)
         except GpuParseError:
+            line = ", ".join(cells)
             self.refuse(quoted_line(line, 160), line)
             return
         batch = self.batch
