@@ -164,7 +164,8 @@ def test_rows_sent_as_their_changed_cells_read_as_whole_rows_do() -> None:
     def row(i: int) -> str:
         util = rng.choice(["0", "50", "97.5"]) if rng.random() > 0.1 else rng.choice(odd)
         power = f"{rng.randint(100, 700)}.{rng.randint(10, 99)}" if rng.random() > 0.1 else rng.choice(odd)
-        line = f"{i}, GPU-{i:08d}, NVIDIA H200, {util}, 12, 20480, 143771, {power}, 700.00, 55, 1980, P0"
+        name = "NVIDIA, H200" if i == 3 else "NVIDIA H200"  # a name with ", ": one cell more, read by position
+        line = f"{i}, GPU-{i:08d}, {name}, {util}, 12, 20480, 143771, {power}, 700.00, 55, 1980, P0"
         return line + ", 1" if rng.random() < 0.02 else line
 
     parser, decoder = RowParser(), Unframer()
