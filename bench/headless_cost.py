@@ -26,7 +26,7 @@ import dataclasses
 import importlib.util
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +34,22 @@ import specconsole
 from specconsole.base.samples import Sample
 from specconsole.config import GpuConfig, HostConfig
 from specconsole.formats.nvidia_smi import GpuReading, GpuSnapshot, GpuState
-from specconsole.hosts.base import Connection, ConnState, StreamProcess
+from specconsole.hosts.base import Connection, ConnState
 from specconsole.hosts.local import LocalHost
 from specconsole.monitor import HostStatus
 from specconsole.report import status_json
 from specconsole.sources.nvidia_smi import NvidiaSmiSource
 
 
-def smi_stream() -> Any:
-    """The in-memory nvidia-smi stream double: the measured tree's, else (a tree from before
-    ``specconsole/lab/testing/smi_stream.py``) this checkout's copy, run against the measured tree."""
+def smi_stream(double: str = "SmiLines") -> Any:
+    """The in-memory nvidia-smi stream double with the class ``double``: the measured tree's, else
+    (a tree from before it, or before ``specconsole/lab/testing/smi_stream.py``) this checkout's
+    copy, run against the measured tree."""
     try:
         from specconsole.lab.testing import smi_stream
     except ImportError:
+        smi_stream = None
+    if smi_stream is None or not hasattr(smi_stream, double):
         path = Path(__file__).resolve().parents[1] / "src/specconsole/lab/testing/smi_stream.py"
         spec = importlib.util.spec_from_file_location("bench_smi_stream", path)
         assert spec is not None and spec.loader is not None
@@ -60,39 +63,6 @@ def bursts_of(stream: Any, gpus: int, bursts: int) -> list[list[str]]:
     return [stream.query_gpu_rows([(b * 7 + i) % 100 for i in range(gpus)],
                                   [300 + b % 50 + (i % 10) / 10 + 0.05 for i in range(gpus)])
             for b in range(bursts)]
-
-
-class Chunks(StreamProcess):
-    """A framed stream as SSH brings it: each burst's frame in one read (one packet), then a pause.
-    ``lines`` for a tree before ``line_batches`` (its SshStream yielded a chunk's lines with no
-    wait between them, as this does)."""
-
-    command = "framed nvidia-smi (chunks in memory)"
-
-    def __init__(self, bursts: list[list[str]], pause_s: float) -> None:
-        self.bursts = bursts
-        self.pause_s = pause_s
-
-    async def line_batches(self) -> AsyncIterator[list[str]]:
-        for burst in self.bursts:
-            await asyncio.sleep(0)  # the packet's read
-            yield burst
-            await asyncio.sleep(self.pause_s)
-
-    async def lines(self) -> AsyncIterator[str]:
-        async for burst in self.line_batches():
-            for line in burst:
-                yield line
-
-    async def wait(self) -> int | None:
-        return 0
-
-    @property
-    def stderr_text(self) -> str:
-        return ""
-
-    async def close(self) -> None:
-        pass
 
 
 def framed(bursts: list[list[str]]) -> list[list[str]]:
@@ -123,7 +93,7 @@ async def ingest(hosts: int, gpus: int, bursts: int, frames: bool = False) -> tu
         nonlocal published
         published += 1
 
-    stream = smi_stream()
+    stream = smi_stream("SmiChunks" if frames else "SmiLines")  # a frame a read, as SSH brings it
     lines = bursts_of(stream, gpus, bursts)  # the same rows for every host, made before the clock starts
     if frames:
         lines = framed(lines)
@@ -133,10 +103,8 @@ async def ingest(hosts: int, gpus: int, bursts: int, frames: bool = False) -> tu
         src.frames = frames  # nvidia-smi's own lines, or framed (set on a tree before gpu.frames: harmless)
         src._apps_last_line = time.monotonic() + 3600  # apps known: no processes
         sources.append(src)
-    def proc() -> StreamProcess:
-        return Chunks(lines, 0.05) if frames else stream.SmiLines(lines, 0.05)
-
-    runs = [asyncio.ensure_future(s._consume_gpus(proc(), publish)) for s in sources]
+    double = stream.SmiChunks if frames else stream.SmiLines
+    runs = [asyncio.ensure_future(s._consume_gpus(double(lines, 0.05), publish)) for s in sources]
     await asyncio.sleep(0)
     loop.set_task_factory(counting)  # type: ignore[arg-type]
     c0 = time.process_time()

@@ -3,7 +3,8 @@
 For tests and benches of the GPU source's reading (``NvidiaSmiSource._consume_gpus``) with no
 process and no pipe: :class:`SmiLines` is a :class:`~specconsole.hosts.base.StreamProcess`
 that delivers bursts of rows (one burst per loop iteration of the real tool, each row its own
-read), a pause between bursts. The rows are printed by the lab's nvidia-smi double
+read), a pause between bursts; :class:`SmiChunks`, each burst in one read, as SSH brings a frame
+of the host-side filter. The rows are printed by the lab's nvidia-smi double
 (:mod:`specconsole.lab.doubles.nvidia_smi`) for the console's own query: the real tool's format.
 """
 
@@ -57,3 +58,23 @@ class SmiLines(StreamProcess):
 
     async def close(self) -> None:
         pass
+
+
+class SmiChunks(SmiLines):
+    """:class:`SmiLines` as SSH brings a framed stream: each burst in one read (one packet), its
+    lines together (``line_batches``; ``lines`` gives them with no wait between them, as an SSH
+    stream read a chunk at a time does)."""
+
+    command = "framed nvidia-smi (chunks in memory)"
+
+    async def line_batches(self) -> AsyncIterator[list[str]]:
+        for burst in self.bursts:
+            self.burst_started.append(time.monotonic())
+            await asyncio.sleep(0)  # the packet's read
+            yield list(burst)
+            await asyncio.sleep(self.pause_s)
+
+    async def lines(self) -> AsyncIterator[str]:
+        async for burst in self.line_batches():
+            for line in burst:
+                yield line
