@@ -286,6 +286,39 @@ async def test_processes_follow_real_processes(fake_smi, host):
         assert freed.value.gpus[1].utilization_pct == 10
 
 
+async def test_framed_bursts_go_out_at_their_end_with_their_processes(fake_smi, host, tmp_path, monkeypatch):
+    """Through the frame filter, a burst goes out at its ``.``: the first one too, whose GPU count
+    is not known yet (no quiet period: set to a minute here), and the readings held for the process
+    list (its stream starts a second late here) go out when the compute-apps burst ends, not with
+    the next GPU burst (ten seconds away)."""
+    late = tmp_path / "late"
+    late.mkdir()
+    (late / "nvidia-smi").write_text(
+        "#!/bin/sh\ncase \"$*\" in *compute-apps*) sleep 1;; esac\n"
+        f"exec {shlex.quote(str(tmp_path / 'bin' / 'nvidia-smi'))} \"$@\"\n")
+    (late / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{late}{os.pathsep}{os.environ['PATH']}")
+    marker = f"fake-trainer-{uuid.uuid4().hex}"
+    fake_smi.set({"driver": True, "gpus": [gpu(0), gpu(1)],
+                  "workload": {"cmdline_contains": marker, "memory_mib_per_process": 61000}})
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker],
+                              env={**os.environ, "LOCAL_RANK": "1"})
+    try:
+        src = make_gpu_source(host, GpuConfig(source="nvidia-smi", interval_s=10.0))
+        assert isinstance(src, NvidiaSmiSource) and src.frames
+        src.quiet_s = 60.0
+        src.apps_silence_s = 60.0
+        async with running(src) as got:
+            full = await got.wait_for(lambda s: ok(s) and s.processes_known, timeout=8.0)
+            assert not got.samples[0].value.processes_known  # the GPU rows came first, held
+        assert [g.index for g in full.value.gpus] == [0, 1]
+        assert [(p.pid, p.gpu_index) for p in full.value.processes] == [(worker.pid, 1)]
+        assert len(fake_smi.calls("--query-gpu")) == 1  # the first burst of the one stream
+    finally:
+        worker.kill()
+        worker.wait()
+
+
 async def test_cancelling_leaves_nothing_running(fake_smi, host):
     async with running(smi_source(host)) as got:
         await got.wait_for(ok)

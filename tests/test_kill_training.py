@@ -22,6 +22,7 @@ from specconsole.config import load_config
 from specconsole.hosts.ssh import SshHost
 from specconsole.lab.parts.environment import Lab, LabOptions
 from specconsole.lab.procs import children
+from specconsole.process_tree import locate
 from specconsole.steps import StepEvent, Steps
 
 
@@ -211,6 +212,45 @@ async def test_pid_file_older_than_its_process_is_refused(lab_hosts: Lab) -> Non
         assert "after the file was written: the pid was reused; not killing it" in outcome.message
         assert alive(lookalike.pid)
     finally:
+        lookalike.kill()
+        lookalike.wait()
+
+
+async def test_the_watch_reads_the_pid_file_beside_the_table_and_finds_what_the_kill_finds(
+        lab_hosts: Lab, stranger: subprocess.Popen[bytes]) -> None:
+    """The training source's check (``together``) reads the pid file while the process table is
+    read, one round trip fewer; for each state of the pid file it finds what the kill's one-at-a-time
+    reading finds."""
+    pid_file = lab_hosts.trainer_pid_file
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "torchrun"],
+                                 start_new_session=True)
+    host, cfg = await connect(lab_hosts)
+    kill = cfg.training.kill  # type: ignore[attr-defined]
+    try:
+        states = {"missing": None, "a stranger's pid": f"{stranger.pid}\n", "not a pid": "soon\n",
+                  "a job's pid": f"{lookalike.pid}\n"}
+        for state, text in states.items():
+            pid_file.unlink(missing_ok=True)
+            if text is not None:
+                pid_file.write_text(text)
+            found = {}
+            for together in (False, True):
+                events: list[StepEvent] = []
+                _procs, *rest = await locate(host, kill, Steps("watch", events.append, host="train"),
+                                             together=together)
+                found[together] = rest
+                order = [(e.kind, e.command.split()[0]) for e in events if e.command]
+                if together:  # both asked before either answered
+                    assert order[:2] in ([("command", "ps"), ("command", "cat")],
+                                         [("command", "cat"), ("command", "ps")]), (state, order)
+                else:
+                    assert order[:4] == [("command", "ps"), ("result", "ps"), ("command", "cat"),
+                                         ("result", "cat")], (state, order)
+            assert found[True] == found[False], state
+        assert found[True][0] == [lookalike.pid], found  # the last state: the job's own pid
+    finally:
+        await host.close()
         lookalike.kill()
         lookalike.wait()
 

@@ -7,13 +7,15 @@ check (:mod:`specconsole.sources.job`), so it sits below both.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import shlex
 from dataclasses import dataclass
 
 from specconsole.base.errors import SpecConsoleError
 from specconsole.config import KillConfig
-from specconsole.hosts import Host
+from specconsole.hosts import CommandResult, Host
 from specconsole.steps import Steps, shorten
 
 PS_ARGV = ["ps", "-eww", "-o", "pid=,ppid=,pgid=,stat=,args="]
@@ -68,22 +70,37 @@ async def process_table(host: Host, steps: Steps) -> dict[int, Proc]:
     return parse_ps(res.stdout)
 
 
-async def locate(host: Host, kill: KillConfig,
-                 steps: Steps) -> tuple[dict[int, Proc], list[int], str, str, str]:
+async def locate(host: Host, kill: KillConfig, steps: Steps, *,
+                 together: bool = False) -> tuple[dict[int, Proc], list[int], str, str, str]:
     """The process table and the job's launcher pids, found as configured (the finder the kill
     and the training source's running/stopped check share): ``(procs, launchers, found_by,
-    note, refused)``."""
-    procs = await process_table(host, steps)
-    launchers, found_by, note, refused = await _launchers(host, kill, procs, steps)
+    note, refused)``. ``together``: the pid file is read while the process table is, one round
+    trip fewer (the training source's check, whose steps nobody reads one after the other; the
+    kill's steps stay one at a time)."""
+    pid_read: CommandResult | None = None
+    if together and kill.pid_file:
+        read = asyncio.ensure_future(steps.run(host, ["cat", "--", kill.pid_file]))
+        try:
+            procs = await process_table(host, steps)
+        except BaseException:
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await read
+            raise
+        pid_read = await read
+    else:
+        procs = await process_table(host, steps)
+    launchers, found_by, note, refused = await _launchers(host, kill, procs, steps, pid_read)
     return procs, [p for p in launchers if p in procs and not procs[p].zombie], found_by, note, refused
 
 
-async def _launchers(host: Host, kill: KillConfig, procs: dict[int, Proc],
-                     steps: Steps) -> tuple[list[int], str, str, str]:
-    """(launcher pids, how they were found, why none were, why the pid file's pid was refused)."""
+async def _launchers(host: Host, kill: KillConfig, procs: dict[int, Proc], steps: Steps,
+                     pid_read: CommandResult | None = None) -> tuple[list[int], str, str, str]:
+    """(launcher pids, how they were found, why none were, why the pid file's pid was refused);
+    ``pid_read``: the pid file as already read (``cat``), else it is read here."""
     refused = ""
     if kill.pid_file:
-        res = await steps.run(host, ["cat", "--", kill.pid_file])
+        res = pid_read if pid_read is not None else await steps.run(host, ["cat", "--", kill.pid_file])
         if res.ok and res.stdout.strip().isdigit():
             pid = int(res.stdout.strip())
             if pid in procs:

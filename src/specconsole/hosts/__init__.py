@@ -13,7 +13,10 @@ __all__ = ["Command", "CommandResult", "ConnState", "Connection", "Host", "Strea
 def make_host(config: HostConfig) -> Host:
     """The right :class:`Host` for a configured host (ssh only imported when used)."""
     if config.connect == "ssh":
-        from specconsole.hosts.ssh import SshHost
+        from specconsole.base import liboqs_lookup
+
+        with liboqs_lookup.answers():  # asyncssh's import: its look for liboqs was started early
+            from specconsole.hosts.ssh import SshHost
 
         return SshHost(config)
     from specconsole.hosts.local import LocalHost

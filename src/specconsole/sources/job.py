@@ -104,7 +104,7 @@ class JobWatch:
         from specconsole.process_tree import descendants, locate
 
         try:
-            procs, launchers, _found_by, note, refused = await locate(self.host, self.kill, steps)
+            procs, launchers, _found_by, note, refused = await locate(self.host, self.kill, steps, together=True)
         except SpecConsoleError as err:
             self.detail = str(err)
             return []

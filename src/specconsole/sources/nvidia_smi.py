@@ -10,7 +10,6 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from specconsole.base.backoff import Backoff
@@ -108,15 +107,6 @@ def _patched(framed: str, before: list[str]) -> FramedRow | None:
         cells[i] = value
         changed.append(i)
     return cells, before, tuple(changed)
-
-
-async def unframe(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """``lines`` of a framed stream as nvidia-smi printed them."""
-    decoder = Unframer()
-    async for framed in lines:
-        line = decoder.line(framed)
-        if line is not None:
-            yield line
 
 
 #: A query-gpu stream silent this long (no GPU row) is restarted: 3 intervals, at least ...
@@ -233,9 +223,6 @@ class NvidiaSmiSource:
         """What runs on the host for the query ``argv``: it, or it under the frame filter."""
         return ["python3", "-c", frames_script(), *argv] if self.frames else argv
 
-    def _lines(self, proc: StreamProcess) -> AsyncIterator[str]:
-        return unframe(proc.lines()) if self.frames else proc.lines()
-
     def _no_python(self, status: int | None, output: str) -> bool:
         """The frame filter could not start (no python3 on the host): off for good, and True."""
         if self.frames and status == 127 and _NO_PYTHON.search(output):
@@ -318,6 +305,8 @@ class NvidiaSmiSource:
                         feed(at, line.split(", "))
                     elif (got := row(line)) is not None:
                         feed(at, *got)
+                    else:  # the filter's ``.``: the burst is whole
+                        batcher.burst_end()
         except Exception:
             if batcher.closing is None:  # not the end of a stream closed for its silence
                 batcher.cancel()
@@ -421,6 +410,12 @@ class NvidiaSmiSource:
             for p in self._apps_burst
         )
 
+    def _apps_burst_end(self) -> None:
+        """A framed compute-apps burst is whole: GPU readings held for the process list go out
+        with it now, not at the hold's deadline or with the next GPU burst."""
+        if self._held is not None and self._apps_known():
+            self._publish_snapshot(*self._held)
+
     async def _run_apps(self) -> None:
         backoff = Backoff()
         while True:
@@ -431,7 +426,12 @@ class NvidiaSmiSource:
                     self.apps_streams_started += 1
                     self._apps_running = True
                     self._apps_started_at = time.monotonic()
-                    async for line in self._lines(proc):
+                    decode = Unframer().line if self.frames else None
+                    async for got in proc.lines():
+                        line = got if decode is None else decode(got)
+                        if line is None:  # the filter's ``.``
+                            self._apps_burst_end()
+                            continue
                         if not line.strip() or is_header(line, QUERY_APPS_FIELDS):
                             continue
                         try:
@@ -465,7 +465,8 @@ class _GpuBatcher:
     """Groups query-gpu lines into one snapshot per nvidia-smi iteration (see
     :class:`NvidiaSmiSource`). ``feed`` is called for each line as it is read; a batch still short
     of the expected GPU count gets ONE deadline (``loop.call_at``, moved on only when lines keep
-    coming), which emits it once the stream has been quiet for ``quiet_s``. A refused line (not
+    coming), which emits it once the stream has been quiet for ``quiet_s``, or at the frame
+    filter's ``.``, whichever comes first (:meth:`burst_end`). A refused line (not
     a GPU row) is carried by the batches of its iteration and the next; one that no batch
     carries gets one deadline too, which publishes it (with the iteration's readings, if they
     went out without it)."""
@@ -602,6 +603,12 @@ class _GpuBatcher:
         self.emitted_error, self.emitted_loop_time = error, self.loop.time()
         if error is not None:
             self.unreported = False
+
+    def burst_end(self) -> None:
+        """The frame filter's ``.``: the burst is whole, so its rows go out now (the first burst,
+        whose GPU count is not known yet, and a short one need not wait ``quiet_s`` for more)."""
+        if self.batch and not self.emitted:
+            self.emit()
 
     def finish(self) -> None:
         """The stream ended: publish what is left."""

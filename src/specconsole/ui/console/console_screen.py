@@ -49,6 +49,10 @@ from specconsole.ui.widgets.footer import ConsoleFooter
 
 #: How soon after a connection change (or a host's first data) the panes are redrawn.
 COALESCE_S = 0.05
+#: While the hosts' panes wait for their first full frame, a host's first data is drawn by the frame
+#: that completes every host's (at once) or by the next timed redraw, when that comes within this
+#: long (``console.refresh_s``): not by a redraw and a layout of its own for each piece (issue 34).
+FIRST_DATA_HELD_S = 1.0
 #: redraws at least this often (``console.refresh_s``): a heartbeat waits for the next one, drawn in
 #: its frame, instead of costing two frames a second of its own (issue 34)
 HEARTBEAT_DRAW_S = 1.0
@@ -122,6 +126,7 @@ class ConsoleScreen(Screen[None]):
         self.console = console
         self._redraw_timer: Timer | None = None
         self._coalescing = False  # a coalesced redraw is armed
+        self._first_frame_drawn = False  # the data that completes the first full frame was drawn at once
         self._pane_list: list[PerHostPane] | None = None  # the mounted ones, until panes_changed()
         self._hosts_seen: set[str] = set()  # hosts that had complete data at a redraw
         self._thread_id = threading.get_ident()
@@ -195,12 +200,34 @@ class ConsoleScreen(Screen[None]):
             return
         # a set, not a DOM query, for a host's first data: this runs for every sample of every host
         urgent = kind == "connection" or host not in self._hosts_seen
-        if urgent and not self._coalescing and self.console.is_running:
+        if not urgent:
+            return
+        if self._before_first_frame():
+            if self._all_filled():  # the frame that completes every host's panes: now
+                self._first_frame_drawn = True
+                self.call_later(self.refresh_panes)
+                return
+            if kind != "connection" and self.console.config.console.refresh_s <= FIRST_DATA_HELD_S:
+                return  # drawn by the frame that completes them all, or the next timed redraw
+        if not self._coalescing and self.console.is_running:
             # armed from the screen's own message loop: a host's task may have been started before
             # the console (ui/console/start.py), in a context without Textual's, where a timer set
             # here would never fire
             self._coalescing = True
             self.call_later(self._arm_coalesce)
+
+    def _before_first_frame(self) -> bool:
+        """The hosts' panes (not the fleet view, whose first data coalesces over many hosts) are
+        shown and not every host's real values were drawn yet."""
+        console = self.console
+        return (not self._first_frame_drawn and console.first_full_frame_at is None
+                and not console.fleet_nav.fleet_mode and console.is_running)
+
+    def _all_filled(self) -> bool:
+        """Every host's panes can show real values now (what the first full frame waits for)."""
+        processes = self.console.fleet_nav.body_shown
+        statuses = self.console.fleet.statuses()
+        return bool(statuses) and all(s.filled(processes=processes) for s in statuses)
 
     def _arm_coalesce(self) -> None:
         self.set_timer(COALESCE_S, self._coalesced_refresh, name="coalesce")
