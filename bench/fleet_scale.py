@@ -82,13 +82,16 @@ AGE = re.compile(r"(?:●|STALE) (\d+(?:\.\d+)?s|\d+m\d\ds)|(?<![\w.])(\d+(?:\.\
 # two cores would otherwise fork 3,400 times, charged to the first frame.
 CHEAP_SMI = r"""#!/bin/bash
 # bench/fleet_scale.py's stand-in for nvidia-smi: one burst of rows per -lms period
-ms=1000; apps=0; a=("$@")
+ms=1000; apps=0; loop=0; a=("$@")
 for ((i = 0; i < ${#a[@]}; i++)); do
-  case ${a[i]} in --query-compute-apps*) apps=1;; -lms) ms=${a[i+1]};; esac
+  case ${a[i]} in --query-compute-apps*) apps=1;; -lms) ms=${a[i+1]}; loop=1;; esac
 done
 exec 4<>"__FIFO__"
 printf -v t '%d.%03d' $((ms / 1000)) $((ms % 1000))  # printf -v, not $(...): no fork
-if [ $apps = 1 ]; then while :; do read -r -t 3600 -u 4 _; done; fi
+if [ $apps = 1 ]; then  # no process on these GPUs: nothing printed, once or every period
+  [ $loop = 1 ] || exit 0
+  while :; do read -r -t 3600 -u 4 _; done
+fi
 u=()
 for ((g = 0; g < __GPUS__; g++)); do printf -v 'u[g]' 'GPU-%08d-aaaa-bbbb-cccc-%012d' $g $g; done
 while :; do  # readings move every period, as real ones do (bash builtins only)
@@ -96,6 +99,7 @@ while :; do  # readings move every period, as real ones do (bash builtins only)
     p=$((RANDOM % 400 + 100)).$((RANDOM % 90 + 10))
     echo "$g, ${u[g]}, NVIDIA H200, $((RANDOM % 100)), 12, 20480, 143771, $p, 700.00, 55, 1980, P0"
   done
+  [ $loop = 1 ] || exit 0
   read -r -t "$t" -u 4 _
 done
 """

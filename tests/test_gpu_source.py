@@ -178,7 +178,8 @@ async def test_stream_parsed_over_time_from_one_process(fake_smi, host):
         "memory.total,power.draw,power.limit,temperature.gpu,clocks.sm,pstate "
         "--format=csv,noheader,nounits -lms 200"
     )
-    assert len(fake_smi.calls("--query-compute-apps")) == 1
+    # the compute-apps query once (its empty burst says "no process"), then its one long-lived stream
+    assert [args.endswith("-lms 200") for _pid, args in fake_smi.calls("--query-compute-apps")] == [False, True]
     # cancelling the source stops its processes
     assert await all_gone([pid for pid, _ in fake_smi.calls("--query")])
 
@@ -319,12 +320,25 @@ async def test_framed_bursts_go_out_at_their_end_with_their_processes(fake_smi, 
         worker.wait()
 
 
+async def test_no_process_is_known_from_the_apps_query_run_once(fake_smi, host):
+    """GPUs no process uses: nvidia-smi's compute-apps loop prints nothing, ever; the query run once
+    first (through the frame filter) ends with an empty burst, so the first readings are complete at
+    once, not after the loop's silence (set to a minute here) or the fallback (32 s at 10 s)."""
+    fake_smi.set({"driver": True, "gpus": [gpu(0), gpu(1)]})
+    src = make_gpu_source(host, GpuConfig(source="nvidia-smi", interval_s=10.0))
+    assert isinstance(src, NvidiaSmiSource) and src.frames
+    src.apps_silence_s = 60.0
+    async with running(src) as got:
+        full = await got.wait_for(lambda s: ok(s) and s.processes_known, timeout=8.0)
+    assert [g.index for g in full.value.gpus] == [0, 1] and full.value.processes == ()
+
+
 async def test_cancelling_leaves_nothing_running(fake_smi, host):
     async with running(smi_source(host)) as got:
         await got.wait_for(ok)
-        await wait_for(lambda: len(fake_smi.calls("--query")) >= 2, 10, what="the compute-apps stream up too")
+        await wait_for(lambda: len(fake_smi.calls("-lms")) >= 2, 10, what="the compute-apps stream up too")
     pids = [pid for pid, _ in fake_smi.calls("--query")]
-    assert len(pids) == 2
+    assert len(pids) == 3  # the two streams and the compute-apps query run once before its stream
     assert await all_gone(pids)
 
 

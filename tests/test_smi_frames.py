@@ -77,6 +77,47 @@ def test_the_filter_writes_each_burst_at_once_and_passes_errors_and_the_exit_sta
     assert decode(proc.stdout)[2] == [f"{g}, GPU-{g}, NVIDIA H200, 9, 1" for g in range(4)]
 
 
+APPS = "1234, python3, 61000, GPU-00000000"  # a compute-apps row
+
+
+def fake_apps(tmp_path: Path, body: str) -> Path:
+    """A compute-apps nvidia-smi whose run once (no ``-lms``) is ``body`` and whose loop prints
+    nothing (no process); each invocation's arguments go to ``calls``."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/bash\n"
+                   f"echo \"$*\" >> {tmp_path / 'calls'}\n"
+                   "case \"$*\" in *-lms*) exec sleep 0.3;; esac\n" + body)
+    smi.chmod(0o755)
+    return smi
+
+
+@pytest.mark.parametrize(("once", "frames"), [
+    ("exit 0\n", [[]]),  # no process: an empty burst, at once
+    (f"echo '{APPS}'; echo '.odd'\n", [[APPS, ".odd"]]),  # its rows, a line of its own escaped
+])
+def test_once_first_sends_the_query_run_once_as_a_burst_then_the_loop(
+        tmp_path: Path, once: str, frames: list[list[str]]) -> None:
+    smi = fake_apps(tmp_path, once)
+    proc = subprocess.run([sys.executable, str(FRAMES_SCRIPT), "--once-first", str(smi),
+                           "--query-compute-apps=pid", "-lms", "1000"], capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert decode(proc.stdout) == frames
+    assert (tmp_path / "calls").read_text().splitlines() == ["--query-compute-apps=pid",
+                                                            "--query-compute-apps=pid -lms 1000"]
+
+
+def test_once_first_that_fails_says_so_sends_no_burst_and_starts_no_loop(tmp_path: Path) -> None:
+    smi = fake_apps(tmp_path, "echo 'NVIDIA-SMI has failed because it could not communicate'\n"
+                              "echo '=see the driver' ; exit 9\n")
+    proc = subprocess.run([sys.executable, str(FRAMES_SCRIPT), "--once-first", str(smi),
+                           "--query-compute-apps=pid", "-lms", "1000"], capture_output=True, timeout=30)
+    assert proc.returncode == 9
+    assert proc.stdout == b"NVIDIA-SMI has failed because it could not communicate\n\\=see the driver\n"
+    lines = [Unframer().line(framed) for framed in proc.stdout.decode().splitlines()]
+    assert lines == ["NVIDIA-SMI has failed because it could not communicate", "=see the driver"]
+    assert (tmp_path / "calls").read_text().splitlines() == ["--query-compute-apps=pid"]
+
+
 def test_the_filter_says_when_nvidia_smi_is_missing(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(FRAMES_SCRIPT), str(tmp_path / "nvidia-smi")],
                           capture_output=True, timeout=30)

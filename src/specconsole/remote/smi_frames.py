@@ -16,6 +16,11 @@ in one write: one packet a period, and of each row only what changed. A row is s
 A line ``.`` closes the burst.
 nvidia-smi's standard error passes through untouched, and its exit status is this script's (128+N
 when a signal N killed it, as a shell reports it).
+
+``--once-first`` (before the command): run the query once without its ``-lms N`` first and send
+what it printed as a burst, an empty one too (a ``.`` alone), then the loop. ``--query-compute-apps``
+prints nothing at all when no process uses a GPU, so a loop never says "none"; a query that exited
+does. Its failure (no driver) is this script's exit status, and the loop is not started.
 The console's side is :class:`specconsole.sources.nvidia_smi.Unframer`.
 """
 
@@ -49,12 +54,15 @@ def encode(burst: list[bytes], last: list[bytes]) -> bytes:
             out.append(SAME)
         elif patch is not None:
             out.append(patch)
-        elif line[:1] in (SAME, END, ESCAPE, PATCH):
-            out.append(ESCAPE + line)
         else:
-            out.append(line)
+            out.append(escaped(line))
     out.append(END)
     return b"\n".join(out) + b"\n"
+
+
+def escaped(line: bytes) -> bytes:
+    """``line`` as sent whole: with a ``\\`` before it when it starts as a frame's own lines do."""
+    return ESCAPE + line if line[:1] in (SAME, END, ESCAPE, PATCH) else line
 
 
 def _patch(line: bytes, before: bytes) -> bytes | None:
@@ -70,18 +78,54 @@ def _patch(line: bytes, before: bytes) -> bytes | None:
     return patch
 
 
+def once(argv: list[str]) -> list[str]:
+    """``argv`` without its loop (``-lms N``, ``-l N``): the query run once."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("-lms", "-l"):
+            skip = True
+        elif not arg.startswith(("-lms=", "--loop-ms=", "--loop=")):
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str]) -> int:
+    once_first = argv[:1] == ["--once-first"]
+    if once_first:
+        argv = argv[1:]
     if not argv:
-        sys.stderr.write("smi_frames: usage: smi_frames NVIDIA-SMI-COMMAND...\n")
+        sys.stderr.write("smi_frames: usage: smi_frames [--once-first] NVIDIA-SMI-COMMAND...\n")
         return 2
+    out = sys.stdout.fileno()
+    last: list[bytes] = []
+    if once_first:
+        try:
+            first = subprocess.run(once(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, check=False)
+        except OSError as err:
+            sys.stderr.write(f"{argv[0]}: {err.strerror or err}\n")
+            return 127
+        lines = [line[:LINE_BYTES + 1].rstrip(b"\r") for line in first.stdout.split(b"\n")]
+        lines = lines[:-1] if lines and not lines[-1] else lines
+        try:
+            if first.returncode != 0:  # what it said (no burst: no ``.``), and its status
+                os.write(out, b"".join(escaped(line) + b"\n" for line in lines))
+                return 128 - first.returncode if first.returncode < 0 else first.returncode
+            for at in range(0, max(1, len(lines)), BURST_LINES):  # no process: an empty burst
+                part = lines[at:at + BURST_LINES]
+                os.write(out, encode(part, last))
+                last = part
+        except BrokenPipeError:  # the console is gone
+            return 1
     try:
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
     except OSError as err:
         sys.stderr.write(f"{argv[0]}: {err.strerror or err}\n")
         return 127
     assert child.stdout is not None
-    fd, out = child.stdout.fileno(), sys.stdout.fileno()
-    last: list[bytes] = []
+    fd = child.stdout.fileno()
     burst: list[bytes] = []
     partial = b""
     try:

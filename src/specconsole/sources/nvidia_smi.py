@@ -202,6 +202,8 @@ class NvidiaSmiSource:
         self._apps_burst: list[GpuProcess] = []
         self._apps_last_line: float | None = None
         self._apps_started_at: float | None = None
+        #: the stream's filter ended a burst (the query run once first: an empty one says "none")
+        self._apps_burst_seen = False
         self._run_started = time.monotonic()
         #: the first readings while processes are not known yet, and the timer that publishes them
         self._held: tuple[tuple[GpuReading, ...], tuple[int, ...], float, Publish[GpuSnapshot],
@@ -209,19 +211,20 @@ class NvidiaSmiSource:
         self._held_timer: asyncio.TimerHandle | None = None
 
     def _apps_known(self) -> bool:
-        """Whether the process list means something yet: the apps stream printed a burst, or has
-        run silently for 1.5 intervals (no processes). A broken apps stream does not hold GPU
-        readings back for more than a few intervals."""
+        """Whether the process list means something yet: the apps stream printed a burst (through
+        the frame filter, an empty one too), or has run silently for 1.5 intervals (no processes).
+        A broken apps stream does not hold GPU readings back for more than a few intervals."""
         now = time.monotonic()
-        if self._apps_last_line is not None:
+        if self._apps_last_line is not None or self._apps_burst_seen:
             return True
         if self._apps_started_at is not None and now - self._apps_started_at > self.apps_silence_s:
             return True
         return now - self._run_started > 3 * self.interval + 2
 
-    def _stream_argv(self, argv: list[str]) -> list[str]:
-        """What runs on the host for the query ``argv``: it, or it under the frame filter."""
-        return ["python3", "-c", frames_script(), *argv] if self.frames else argv
+    def _stream_argv(self, argv: list[str], *options: str) -> list[str]:
+        """What runs on the host for the query ``argv``: it, or it under the frame filter (with
+        the filter's ``options``)."""
+        return ["python3", "-c", frames_script(), *options, *argv] if self.frames else argv
 
     def _no_python(self, status: int | None, output: str) -> bool:
         """The frame filter could not start (no python3 on the host): off for good, and True."""
@@ -422,7 +425,9 @@ class NvidiaSmiSource:
             await self.host.wait_connected()
             started = time.monotonic()
             try:
-                async with self.host.stream(self._stream_argv(self.apps_argv)) as proc:
+                # once first: the query run once says "no process" by its empty burst; the loop
+                # says that only by its silence (1.5 intervals)
+                async with self.host.stream(self._stream_argv(self.apps_argv, "--once-first")) as proc:
                     self.apps_streams_started += 1
                     self._apps_running = True
                     self._apps_started_at = time.monotonic()
@@ -430,6 +435,7 @@ class NvidiaSmiSource:
                     async for got in proc.lines():
                         line = got if decode is None else decode(got)
                         if line is None:  # the filter's ``.``
+                            self._apps_burst_seen = True
                             self._apps_burst_end()
                             continue
                         if not line.strip() or is_header(line, QUERY_APPS_FIELDS):
@@ -453,6 +459,7 @@ class NvidiaSmiSource:
                 log.warning("%s: compute-apps stream failed: %s", self.host.name, err)
             finally:
                 self._apps_running = False
+                self._apps_burst_seen = False
                 self._apps_burst = []
                 self._apps_last_line = None
                 self._apps_started_at = None
