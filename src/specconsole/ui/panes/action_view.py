@@ -197,7 +197,7 @@ class ActionPanel(Vertical):
         #: a rollout's one line per replica (:class:`~specconsole.actions.rollout.board.Board`): shown
         #: instead of the step list; the replicas' events go to it, the rollout's own to the track
         self.board: Board | None = None
-        self._shown_count = -1
+        self._shown_shape: tuple[int, int] = (-1, -1)
         self._titles: tuple[str, str] | None = None
         #: whether a heartbeat waits for the screen's next redraw (the screen's answer: it redraws at
         #: least once a second): it then costs no frame of its own, and is on screen within a second
@@ -220,7 +220,7 @@ class ActionPanel(Vertical):
         self.track = ActionTrack(title, host, now, action=action)
         self.state_fn = state
         self.board = None
-        self._shown_count = -1
+        self._shown_shape = (-1, -1)
         self.display = True
         self.redraw(now)
         return self.track
@@ -304,8 +304,9 @@ class ActionPanel(Vertical):
         self.query_one("#action-state", TextBlock).set(f"[b]▸ {escape(state)}[/]" if state else "")
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
-        if track.count != self._shown_count:
-            self._shown_count = track.count
+        shape = (len(track.rows), len(lines))  # what can bring a new line (a heartbeat does not)
+        if shape != self._shown_shape:
+            self._shown_shape = shape
             scroll = self.query_one("#action-scroll", VerticalScroll)
             # the steps (or the board) stay in view; an acceptance plot is below them, for the scroll
             if plot:
