@@ -72,7 +72,7 @@ async def test_a_host_s_first_data_waits_for_the_frame_that_completes_every_host
     async with app.run_test(size=(160, 48)) as pilot:
         screen: Any = app.main_screen
         await pilot.pause()
-        screen.stop_redraws()  # no timed redraw: each redraw below is one a change asked for
+        screen._redraw_timer.pause()  # no timed redraw: each redraw below is one a change asked for
         redraws = screen.redraws
         fleet._statuses = [full[0], empty[1]]  # the training host's data, the serving host's none
         screen.fleet_changed(full[0].name, "gpu")

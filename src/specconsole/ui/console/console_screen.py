@@ -49,12 +49,9 @@ from specconsole.ui.widgets.footer import ConsoleFooter
 
 #: How soon after a connection change (or a host's first data) the panes are redrawn.
 COALESCE_S = 0.05
-#: While the hosts' panes wait for their first full frame, a host's first data is drawn by the frame
-#: that completes every host's (at once) or by the next timed redraw, when that comes within this
-#: long (``console.refresh_s``): not by a redraw and a layout of its own for each piece (issue 34).
-FIRST_DATA_HELD_S = 1.0
 #: redraws at least this often (``console.refresh_s``): a heartbeat waits for the next one, drawn in
-#: its frame, instead of costing two frames a second of its own (issue 34)
+#: its frame, instead of costing two frames a second of its own, and so does a host's first data
+#: before the first full frame, instead of a redraw and a layout for each piece (issue 34)
 HEARTBEAT_DRAW_S = 1.0
 
 W = TypeVar("W", bound=Widget)
@@ -180,7 +177,8 @@ class ConsoleScreen(Screen[None]):
 
     @property
     def heartbeats_wait(self) -> bool:
-        """Heartbeats reach the screen with the next redraw (it comes within HEARTBEAT_DRAW_S)."""
+        """Heartbeats (and, before the first full frame, a host's first data) reach the screen with
+        the next redraw: one comes within HEARTBEAT_DRAW_S, and redraws were not stopped."""
         return self._heartbeats_wait and self.console.config.console.refresh_s <= HEARTBEAT_DRAW_S
 
     @heartbeats_wait.setter
@@ -207,7 +205,7 @@ class ConsoleScreen(Screen[None]):
                 self._first_frame_drawn = True
                 self.call_later(self.refresh_panes)
                 return
-            if kind != "connection" and self.console.config.console.refresh_s <= FIRST_DATA_HELD_S:
+            if kind != "connection" and self.heartbeats_wait:
                 return  # drawn by the frame that completes them all, or the next timed redraw
         if not self._coalescing and self.console.is_running:
             # armed from the screen's own message loop: a host's task may have been started before
