@@ -111,6 +111,12 @@ class StreamProcess(abc.ABC):
         async for line in self.lines():
             yield [line]
 
+    async def _batched_lines(self) -> AsyncIterator[str]:
+        """:meth:`lines` for a stream whose :meth:`line_batches` reads a chunk at a time."""
+        async for batch in self.line_batches():
+            for line in batch:
+                yield line
+
     @abc.abstractmethod
     async def wait(self) -> int | None:
         """Exit status (None when the connection dropped before it was known)."""

@@ -68,11 +68,9 @@ class SshStream(StreamProcess):
             async for chunk in self._proc.stderr:
                 self._stderr.append(chunk)
 
-    async def lines(self) -> AsyncIterator[str]:
+    def lines(self) -> AsyncIterator[str]:
         """The stream's lines (:meth:`line_batches`, one at a time)."""
-        async for batch in self.line_batches():
-            for line in batch:
-                yield line
+        return self._batched_lines()
 
     async def line_batches(self) -> AsyncIterator[list[str]]:
         """The stream's lines, read a chunk at a time (whatever has arrived, up to

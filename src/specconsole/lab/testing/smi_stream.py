@@ -74,7 +74,5 @@ class SmiChunks(SmiLines):
             yield list(burst)
             await asyncio.sleep(self.pause_s)
 
-    async def lines(self) -> AsyncIterator[str]:
-        async for burst in self.line_batches():
-            for line in burst:
-                yield line
+    def lines(self) -> AsyncIterator[str]:
+        return self._batched_lines()
