@@ -78,6 +78,11 @@ def _patch(line: bytes, before: bytes) -> bytes | None:
     return patch
 
 
+def cut(line: bytes) -> bytes:
+    """A line as a burst holds it: cut to ``LINE_BYTES`` plus one byte, without its ``\\r``."""
+    return line[:LINE_BYTES + 1].rstrip(b"\r")
+
+
 def once(argv: list[str]) -> list[str]:
     """``argv`` without its loop (``-lms N``, ``-l N``): the query run once."""
     out: list[str] = []
@@ -107,7 +112,7 @@ def main(argv: list[str]) -> int:
         except OSError as err:
             sys.stderr.write(f"{argv[0]}: {err.strerror or err}\n")
             return 127
-        lines = [line[:LINE_BYTES + 1].rstrip(b"\r") for line in first.stdout.split(b"\n")]
+        lines = [cut(line) for line in first.stdout.split(b"\n")]
         lines = lines[:-1] if lines and not lines[-1] else lines
         try:
             if first.returncode != 0:  # what it said (no burst: no ``.``), and its status
@@ -141,7 +146,7 @@ def main(argv: list[str]) -> int:
             *lines, partial = (partial + chunk).split(b"\n")
             partial = partial[:LINE_BYTES + 1]
             for line in lines:
-                burst.append(line[:LINE_BYTES + 1].rstrip(b"\r"))
+                burst.append(cut(line))
                 if len(burst) >= BURST_LINES:
                     os.write(out, encode(burst, last))
                     last, burst = burst, []
