@@ -511,6 +511,42 @@ async def test_heartbeats_wait_for_the_next_redraw_and_replace_their_line(tmp_pa
     assert kept == [f"waiting for /health: {n}s of 600s" for n in range(6)]
 
 
+async def test_the_title_s_clock_repaints_the_border_row_not_the_panel(tmp_path: Path) -> None:
+    """Issue 34: the title's clock ticks every second; Textual repaints a widget whole when its
+    title is set, and with the panel every line of its steps. A tick renders the panel's top
+    row only (and the running step's line, whose time moves), and the new time is on screen."""
+    clock = [sd.FROZEN_NOW]
+    app = ConsoleApp(sd.sample_config(str(tmp_path / "state")), fleet=sd.sample_fleet(sd.FROZEN_NOW),
+                     clock=lambda: clock[0], themes=load_themes([BUNDLED_DIR]))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen._redraw_timer.pause()  # the test redraws
+        app.actions.open("deploy", "Deploy to serve", "serve")
+        steps = Steps("deploy", app.actions.emit, host="serve")
+        steps.begin("restart", "restarting sglang.service")
+        for _ in range(3):
+            await pilot.pause()
+        panel = app.query_one(ActionPanel)
+        crops: list[Region] = []
+        render_lines = panel.render_lines
+        panel.render_lines = lambda crop: (crops.append(crop), render_lines(crop))[1]  # type: ignore[method-assign]
+        for tick in (1, 2):
+            crops.clear()
+            clock[0] = sd.FROZEN_NOW + tick
+            panel.redraw(clock[0])
+            await pilot.pause()
+            await pilot.pause()
+            assert crops == [Region(0, 0, panel.outer_size.width, 1)]
+        assert "Deploy to serve · running 2.0s" in app.screen_text()
+        assert panel.border_subtitle == "live"
+        steps.done("deployed")  # the title's clock stops, the subtitle changes: both on screen
+        await pilot.pause()
+        await pilot.pause()
+        text = app.screen_text()
+        assert "Deploy to serve · done in" in text and "esc: close · history in Events" in text
+
+
 async def test_a_wait_longer_than_its_row_is_wrapped_again(tmp_path: Path) -> None:
     """The next heartbeat of a wait wrapping to more rows than the one before is wrapped anew."""
     app = frozen(tmp_path)

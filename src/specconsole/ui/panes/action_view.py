@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.geometry import Region
 
 from specconsole.actions.rollout.board import Board
 from specconsole.sglang.acceptance import AcceptanceDetail
@@ -187,8 +188,10 @@ class ActionPanel(Vertical):
     A redraw (each event, and each refresh; a heartbeat, at least every 0.5 s, waits for the next
     refresh when refreshes come at least once a second: ``heartbeats_wait``) repaints only what changed:
     its lines are :class:`TextBlock` s (the changed rows; a relayout only when a height changes),
-    and the border's title, subtitle, classes and height are set only when they change (setting a
-    title repaints the whole panel, ``Static.update`` laid the whole screen out)."""
+    and the border's title, subtitle, classes and height are set only when they change
+    (``Static.update`` laid the whole screen out). A new title (its clock ticks every second)
+    repaints the border's top row, a new subtitle its bottom row, not the whole panel: Textual
+    repaints a widget whole when its title is set, and with it every line of the panel's children."""
 
     def __init__(self, heartbeats_wait: Callable[[], bool] = lambda: False, **kwargs: Any) -> None:
         super().__init__(classes="pane action-panel", **kwargs)
@@ -199,6 +202,7 @@ class ActionPanel(Vertical):
         self.board: Board | None = None
         self._shown_shape: tuple[int, int] = (-1, -1)
         self._titles: tuple[str, str] | None = None
+        self._border_row: str | None = None  # "top"/"bottom": a repaint asked for now needs only that row
         #: whether a heartbeat waits for the screen's next redraw (the screen's answer: it redraws at
         #: least once a second): it then costs no frame of its own, and is on screen within a second
         self.heartbeats_wait = heartbeats_wait
@@ -296,8 +300,16 @@ class ActionPanel(Vertical):
             lines = track.step_lines(now, rows, width=steps.size.width or None)
         lines += [escape(line) for line in plot]
         if self._titles != (title, subtitle):
-            self._titles = (title, subtitle)
-            self.border_title, self.border_subtitle = title, subtitle
+            before, self._titles = self._titles or (None, None), (title, subtitle)
+            try:
+                if title != before[0]:
+                    self._border_row = "top"
+                    self.border_title = title
+                if subtitle != before[1]:
+                    self._border_row = "bottom"
+                    self.border_subtitle = subtitle
+            finally:
+                self._border_row = None
         steps.set("\n".join(lines) or "starting…")
         mark = "✓ " if track.ok else ("✗ " if track.finished else "… ")
         self.query_one("#action-latest", TextBlock).set(f"[$text-muted]{escape(mark + latest)}[/]" if latest else "")
@@ -313,6 +325,18 @@ class ActionPanel(Vertical):
                 self.call_after_refresh(scroll.scroll_home, animate=False)
             else:  # the newest line into view, once the new lines are laid out (the end in view: no scroll)
                 self.call_after_refresh(self._steps_to_end)
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        """Textual's, except that a whole-widget repaint asked for while a title is set repaints
+        the border row it is drawn on (the title's top row, the subtitle's bottom row)."""
+        row = self._border_row
+        if row is not None and not regions and repaint and not layout and not recompose and self.is_mounted:
+            width, height = self.outer_size
+            left, top = self.content_offset  # the regions are in content coordinates
+            if width and height:
+                regions = (Region(-left, (0 if row == "top" else height - 1) - top, width, 1),)
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def _steps_to_end(self) -> None:
         scroll = self.query_one("#action-scroll", VerticalScroll)
