@@ -13,7 +13,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +41,7 @@ class EventLog:
         self.recent: deque[Event] = deque(maxlen=keep)
         self._subscribers: list[Callable[[Event], None]] = []
         self.audit_error: str | None = None
+        self._folder_made = False  # the audit file's folder was made (or found) by this log
 
     def subscribe(self, callback: Callable[[Event], None]) -> None:
         self._subscribers.append(callback)
@@ -95,11 +96,35 @@ class EventLog:
     def _audit(self, event: Event) -> None:
         if self.audit_path is None:
             return
-        try:
-            self._make_folder()
-            with self.audit_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(asdict(event), default=str) + "\n")
-        except OSError as err:
-            if self.audit_error is None:  # say it once, in the log itself
-                self.audit_error = f"audit log {self.audit_path} not writable: {err.strerror}; set console.audit_log"
-                self.recent.append(Event(self.audit_error, "console", "warning"))
+        line = json.dumps(_record(event), default=_json_value) + "\n"
+        for retry in (False, True):  # the folder is made once; made again if the file cannot be opened
+            try:
+                if not self._folder_made:
+                    self._make_folder()
+                    self._folder_made = True
+                with self.audit_path.open("a", encoding="utf-8") as f:
+                    f.write(line)
+                return
+            except OSError as err:
+                if not retry and self._folder_made:  # the folder may have been removed since
+                    self._folder_made = False
+                    continue
+                if self.audit_error is None:  # say it once, in the log itself
+                    self.audit_error = (f"audit log {self.audit_path} not writable: {err.strerror}; "
+                                        "set console.audit_log")
+                    self.recent.append(Event(self.audit_error, "console", "warning"))
+                return
+
+
+def _record(event: Event) -> dict[str, Any]:
+    """``asdict(event)`` without its deep copy (the line is written at once): ``data``'s values
+    are JSON's own, or what :func:`_json_value` makes of them."""
+    return {"message": event.message, "source": event.source, "level": event.level, "at": event.at,
+            "data": event.data}
+
+
+def _json_value(value: object) -> object:
+    """A value JSON has no type for: a dataclass as its fields (as ``asdict`` gave), else its ``str``."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return str(value)
