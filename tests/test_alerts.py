@@ -146,6 +146,44 @@ def test_a_rule_watches_only_its_hosts_and_reports_its_value() -> None:
     assert [(e["host"], e["value"]) for _, e in events] == [("serve", 59.0)]
 
 
+def test_a_condition_without_memory_is_evaluated_again_only_when_a_figure_it_reads_moves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: at 200 hosts the rules ran every second for every host. A condition without
+    unchanged() or median() answers the same for the same figures: it is evaluated again when one
+    of them moved (its duration still counts each second); one with memory is evaluated every time."""
+    from specconsole.alerts import engine as engine_module
+
+    asked: list[str] = []
+    real = engine_module.evaluate
+    monkeypatch.setattr(engine_module, "evaluate",
+                        lambda cond, *a, **k: (asked.append(cond.text), real(cond, *a, **k))[1])
+    engine = AlertEngine([DEFAULTS["gpu-idle-while-training"], DEFAULTS["training-stalled"]], EventLog())
+    idle, stalled = engine.rules
+    assert not idle.condition.stateful and stalled.condition.stateful
+    assert run(engine, T0, T0 + 4, gpu_util=1.0) == []  # the same figures for 5 s (a new step each time)
+    per_rule = {text: asked.count(text) for text in (idle.condition.text, stalled.condition.text)}
+    assert per_rule == {idle.condition.text: 2, stalled.condition.text: 10}  # 2 hosts: once each, and every second
+    asked.clear()
+    assert run(engine, T0 + 5, T0 + 5, gpu_util=50.0) == []
+    assert asked.count(idle.condition.text) == 1  # the train host's GPUs moved; the serve host's did not
+    events = run(engine, T0 + 6, T0 + 70, gpu_util=1.0)  # held again: fires after its 60 s, not evaluated each second
+    assert [(t - (T0 + 6), e["state"]) for t, e in events] == [(60, "firing")]
+
+
+def test_only_the_gpu_figures_a_rule_reads_are_worked_out() -> None:
+    from specconsole.alerts.figures import figures
+
+    serve = sd.sample_statuses(T0)[1]
+    every = figures(serve, T0)
+    some = figures(serve, T0, wanted={"gpu.util_max", "host.stale"})
+    assert {k for k in every if k.startswith("gpu.")} == {"gpu.util", "gpu.util_max", "gpu.mem_pct",
+                                                           "gpu.temp_max", "gpu.power_w"}
+    assert {k for k in some if k.startswith("gpu.")} == {"gpu.util", "gpu.util_max"}
+    assert {k: v for k, v in every.items() if not k.startswith("gpu.") or k in some} == some
+    assert parse("median(sglang.tokens_per_s, 60) > 1", FIGURES).stateful
+    assert not parse("not finite(training.loss)", FIGURES).stateful
+
+
 # ------------------------------------------------------------------------------------ language
 
 def truth(text: str, **figs: object) -> bool | None:

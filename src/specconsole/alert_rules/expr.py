@@ -76,6 +76,9 @@ class Condition:
     tree: ast.expr
     figures: tuple[str, ...]
     window_s: float = 0.0
+    #: it calls unchanged() or median(), whose answers depend on earlier evaluations (its memory);
+    #: without them its truth is a function of the figures it reads
+    stateful: bool = False
     #: the figure (or number) an alert reports as its value: a comparison's left side, else the
     #: first function's argument, else None
     value_node: ast.expr | None = None
@@ -107,7 +110,7 @@ def parse(text: str, known: Mapping[str, object]) -> Condition:
     checker.visit(tree)
     value_node = _value_node(tree)
     return Condition(text=text, tree=tree, figures=tuple(dict.fromkeys(checker.figures)),
-                     window_s=checker.window_s, value_node=value_node, run=_compile(tree),
+                     window_s=checker.window_s, stateful=checker.stateful, value_node=value_node, run=_compile(tree),
                      value_run=_compile(value_node, stateless=True) if value_node is not None else None)
 
 
@@ -123,6 +126,7 @@ class _Checker(ast.NodeVisitor):
         self.known = known
         self.figures: list[str] = []
         self.window_s = 0.0
+        self.stateful = False
 
     def generic_visit(self, node: ast.AST) -> None:
         raise ExprError(f"{_shown(node)} is not allowed in a condition",
@@ -184,6 +188,7 @@ class _Checker(ast.NodeVisitor):
         fn = node.func.id if isinstance(node.func, ast.Name) else _shown(node.func)
         if fn not in FUNCTIONS:
             raise ExprError(f"unknown function {fn!r}", f"use {', '.join(FUNCTIONS)}")
+        self.stateful = self.stateful or fn in ("unchanged", "median")
         if node.keywords or len(node.args) != FUNCTIONS[fn]:
             raise ExprError(f"{fn}() takes {FUNCTIONS[fn]} argument(s)",
                             "write e.g. median(sglang.tokens_per_s, 600)" if fn == "median" else f"write {fn}(x)")

@@ -53,6 +53,10 @@ class _State:
     memory: Memory = field(default_factory=Memory)
     since: float | None = None  # the condition has held since then
     alert: Alert | None = None
+    #: a condition without unchanged() or median(): the figures it read at its last evaluation and
+    #: its answer then (the same figures give the same answer)
+    read: tuple[object, ...] | None = None
+    truth: bool | None = None
 
 
 class AlertEngine:
@@ -64,8 +68,13 @@ class AlertEngine:
         self.events = events if events is not None else EventLog()
         self.baseline = baseline
         self._states: dict[tuple[str, str], _State] = {}
+        #: host -> the rules that watch it, each with its state there (made at the host's first evaluation)
+        self._plans: dict[str, list[tuple[Rule, _State]]] = {}
         self._samples: dict[str, tuple[object, object, object]] = {}  # host -> samples last seen
         self._wants_baseline = any("eval.accept_len" in r.condition.figures for r in self.rules)
+        #: every figure a rule's condition or value reads (the only ones worked out)
+        self._reads = frozenset(name for r in self.rules for c in (r.condition, r.value) if c is not None
+                                for name in c.figures)
 
     @classmethod
     def for_config(cls, config: Config, events: EventLog | None = None,
@@ -85,7 +94,10 @@ class AlertEngine:
         return active[0] if active else None
 
     def evaluate(self, statuses: Iterable[HostStatus], now: float) -> list[Event]:
-        """One evaluation of every rule on every host at ``now``; the events it emitted."""
+        """One evaluation of every rule on every host at ``now``; the events it emitted. A condition
+        without unchanged() or median() is worked out again only when a figure it reads moved (the
+        same figures, the same answer; its duration counts on), and only the GPU figures some rule
+        reads are worked out."""
         out: list[Event] = []
         if not self.rules:
             return out
@@ -95,18 +107,27 @@ class AlertEngine:
             samples = self._samples[s.name] = s.samples
             fresh = {k for i, k in enumerate(_KINDS)
                      if samples[i] is not None and (seen is None or seen[i] is not samples[i])}
-            figs = figures(s, now, baseline)
+            figs = figures(s, now, baseline, self._reads)
 
             def is_fresh(name: str, fresh: set[str] = fresh) -> bool:
                 return source_of(name) in fresh
 
-            for rule in self.rules:
-                if not rule.watches(s.name):
+            plan = self._plans.get(s.name)
+            if plan is None:
+                plan = self._plans[s.name] = [(rule, self._states.setdefault((rule.name, s.name), _State()))
+                                              for rule in self.rules if rule.watches(s.name)]
+            for rule, state in plan:
+                cond = rule.condition
+                if cond.stateful:
+                    truth = evaluate(cond, figs, state.memory, now, is_fresh)
+                else:  # a function of the figures it reads: evaluated again when one of them moved
+                    read = tuple([figs.get(name) for name in cond.figures])
+                    if read != state.read:
+                        state.read, state.truth = read, evaluate(cond, figs, state.memory, now, is_fresh)
+                    truth = state.truth
+                if not truth and state.alert is None:  # the common case, as _step has it: nothing held or firing
+                    state.since = None
                     continue
-                state = self._states.get((rule.name, s.name))
-                if state is None:
-                    state = self._states[(rule.name, s.name)] = _State()
-                truth = evaluate(rule.condition, figs, state.memory, now, is_fresh)
                 event = self._step(rule, s.name, state, truth, figs, now)
                 if event is not None:
                     out.append(event)

@@ -7,7 +7,7 @@ is stale still gives its figures (the ``host.stale`` figure says that it is stal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING
 
 from specconsole.alert_rules.names import FIGURES
@@ -27,8 +27,10 @@ def source_of(name: str) -> str:
 Baseline = Callable[["HostStatus"], float | None]
 
 
-def figures(s: HostStatus, now: float, baseline: Baseline | None = None) -> dict[str, object]:
-    """Every figure of host ``s`` at ``now`` (``baseline``: the host's eval baseline, if any)."""
+def figures(s: HostStatus, now: float, baseline: Baseline | None = None,
+            wanted: Container[str] | None = None) -> dict[str, object]:
+    """Every figure of host ``s`` at ``now`` (``baseline``: the host's eval baseline, if any);
+    with ``wanted``, of the GPU figures (each a pass over the host's GPUs) only those it holds."""
     reachable = s.reachable
     samples: list[Sample[object]] = [x for x in (s.gpu, s.sglang, s.training) if x is not None]
     out: dict[str, object] = {
@@ -40,15 +42,19 @@ def figures(s: HostStatus, now: float, baseline: Baseline | None = None) -> dict
     }
     if s.gpu is not None and s.gpu.value.gpus:
         gpus = s.gpu.value.gpus
-        util = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
-        mem = [pct for g in gpus if (pct := g.memory_used_pct) is not None]
-        temp = [g.temperature_c for g in gpus if g.temperature_c is not None]
-        power = [g.power_draw_w for g in gpus if g.power_draw_w is not None]
-        out["gpu.util"] = sum(util) / len(util) if util else None
-        out["gpu.util_max"] = max(util) if util else None
-        out["gpu.mem_pct"] = sum(mem) / len(mem) if mem else None
-        out["gpu.temp_max"] = max(temp) if temp else None
-        out["gpu.power_w"] = sum(power) if power else None
+        if wanted is None or "gpu.util" in wanted or "gpu.util_max" in wanted:
+            util = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
+            out["gpu.util"] = sum(util) / len(util) if util else None
+            out["gpu.util_max"] = max(util) if util else None
+        if wanted is None or "gpu.mem_pct" in wanted:
+            mem = [pct for g in gpus if (pct := g.memory_used_pct) is not None]
+            out["gpu.mem_pct"] = sum(mem) / len(mem) if mem else None
+        if wanted is None or "gpu.temp_max" in wanted:
+            temp = [g.temperature_c for g in gpus if g.temperature_c is not None]
+            out["gpu.temp_max"] = max(temp) if temp else None
+        if wanted is None or "gpu.power_w" in wanted:
+            power = [g.power_draw_w for g in gpus if g.power_draw_w is not None]
+            out["gpu.power_w"] = sum(power) if power else None
     if s.training is not None:
         p = s.training.value
         out["training.running"] = None if p.state in (None, "unknown") else p.state == "running"
