@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _tools import compile_tree, missing  # bench/_tools.py (scripts run from bench/)
+from _tools import compile_tree, cpu_s, missing  # bench/_tools.py (scripts run from bench/)
 
 from specconsole.lab.parts.environment import Lab, LabOptions
 
@@ -38,13 +38,14 @@ def tmux(*args: str) -> str:
     return subprocess.run([*TMUX, *args], capture_output=True, text=True, check=False).stdout
 
 
-def cpu_s(pid: int | None) -> float:
-    """The CPU seconds (user + system, every thread) process ``pid`` has used (NaN: unknown)."""
+def cpu_until_now(pid: int | None) -> float:
+    """The CPU seconds process ``pid`` has used (:func:`_tools.cpu_s`); NaN when it is not known."""
+    if pid is None:
+        return float("nan")
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_s(pid)
     except (OSError, IndexError):
         return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -82,7 +83,7 @@ def main() -> int:
                 print(f"{name}: no full frame within 60 s", file=sys.stderr)
                 return 1
             times[name].append(time.monotonic() - t0)
-            cpu[name].append(cpu_s(pid))
+            cpu[name].append(cpu_until_now(pid))
             time.sleep(1.5)
             tmux("kill-session", "-t", f"c{i}")
             time.sleep(0.5)

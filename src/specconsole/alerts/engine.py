@@ -125,9 +125,6 @@ class AlertEngine:
                     if read != state.read:
                         state.read, state.truth = read, evaluate(cond, figs, state.memory, now, is_fresh)
                     truth = state.truth
-                if not truth and state.alert is None:  # the common case, as _step has it: nothing held or firing
-                    state.since = None
-                    continue
                 event = self._step(rule, s.name, state, truth, figs, now)
                 if event is not None:
                     out.append(event)

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol, TypeVar
 
 from textual.app import ComposeResult
@@ -30,6 +30,7 @@ from specconsole.base import gc_tuning
 from specconsole.base.events import Event, EventLog
 from specconsole.base.freshness import Staleness
 from specconsole.config import Config
+from specconsole.monitor import HostStatus
 from specconsole.ui.console.app_alerts import ConsoleAlerts
 from specconsole.ui.console.app_leaving import Leaving
 from specconsole.ui.console.context import find
@@ -201,7 +202,7 @@ class ConsoleScreen(Screen[None]):
         if not urgent:
             return
         if self._before_first_frame():
-            if self._all_filled():  # the frame that completes every host's panes: now
+            if self._all_filled(self.console.fleet.statuses()):  # the frame that completes them all: now
                 self._first_frame_drawn = True
                 self.call_later(self.refresh_panes)
                 return
@@ -221,10 +222,10 @@ class ConsoleScreen(Screen[None]):
         return (not self._first_frame_drawn and console.first_full_frame_at is None
                 and not console.fleet_nav.fleet_mode and console.is_running)
 
-    def _all_filled(self) -> bool:
-        """Every host's panes can show real values now (what the first full frame waits for)."""
+    def _all_filled(self, statuses: Collection[HostStatus]) -> bool:
+        """Every host's panes can show real values in ``statuses`` (what the first full frame waits
+        for; the fleet view does not show GPU processes)."""
         processes = self.console.fleet_nav.body_shown
-        statuses = self.console.fleet.statuses()
         return bool(statuses) and all(s.filled(processes=processes) for s in statuses)
 
     def _arm_coalesce(self) -> None:
@@ -272,9 +273,7 @@ class ConsoleScreen(Screen[None]):
             action.redraw(now)
         self.flush_events()
         self.redraws += 1
-        processes = nav.body_shown  # the fleet view does not show GPU processes
-        if console.first_full_frame_at is None and statuses and all(
-                s.filled(processes=processes) for s in statuses.values()):
+        if console.first_full_frame_at is None and self._all_filled(statuses.values()):
             self.call_after_refresh(self._mark_first_full_frame)
 
     def _mark_first_full_frame(self) -> None:
