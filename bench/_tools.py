@@ -6,6 +6,8 @@ from __future__ import annotations
 import compileall
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -67,3 +69,13 @@ def cpu_s(pid: int, children: bool = False) -> float:
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
     return ticks / TICK
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT, wait_s: float = 20.0) -> None:
+    """Send ``sig`` to ``proc`` and wait ``wait_s`` for it to end; kill it after that."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _tools import compile_tree, cpu_s
+from _tools import compile_tree, cpu_s, stop
 
 from specconsole.lab.parts.environment import Lab, LabOptions
 
@@ -113,12 +112,7 @@ def headless_round(config: Path, args: argparse.Namespace) -> float:
         time.sleep(args.duration)
         return (cpu_s(proc.pid) - c0) / ((time.monotonic() - w0) / 60)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def main() -> int:
