@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -199,11 +198,12 @@ async def test_a_worker_the_router_already_dropped_is_said_and_put_back(fleet: L
 
 async def test_workers_answering_503_for_a_while_is_retried_and_the_rollout_goes_on(fleet: Lab) -> None:
     before = windows(fleet)
+    armed: list[bool] = []
     with RouterProxy(serve_replicas.router_url(fleet)) as proxy:
         def on_event(e: StepEvent) -> None:
-            if e.host == "serve2" and e.kind == "step" and e.step == "preflight" and proxy.fail_workers is None:
-                proxy.fail_workers = 503
-                threading.Timer(3.0, lambda: setattr(proxy, "fail_workers", None)).start()
+            if e.host == "serve2" and e.kind == "step" and e.step == "preflight" and not armed:
+                armed.append(True)
+                proxy.fail_next(503, 3)  # serve2's first GET /workers and two of its retries
 
         out, events = await run(fleet, DeployRequest(draft_window=before["serve"] + 8, health_timeout_s=60), on_event,
                                 router_url=proxy.url)

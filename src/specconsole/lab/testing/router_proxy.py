@@ -2,9 +2,10 @@
 
 Everything is forwarded to the router as is, until a test sets :attr:`RouterProxy.fail_workers`:
 then every request under ``/workers`` (GET, POST, DELETE) is answered with that HTTP status and a
-body like the router's own errors, without reaching the router. The console and the host agents
-are given the proxy's URL as the router's (``[router] url``); the replicas and the load generator
-still talk to the router itself.
+body like the router's own errors, without reaching the router; :meth:`RouterProxy.fail_next` does
+that for a number of requests rather than a time, so a test's fault does not depend on how fast
+the machine runs. The console and the host agents are given the proxy's URL as the router's
+(``[router] url``); the replicas and the load generator still talk to the router itself.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ class RouterProxy:
         self.upstream = (u.hostname or "127.0.0.1", u.port or 80)
         #: an HTTP status to answer every /workers request with (None: forward)
         self.fail_workers: int | None = None
+        #: how many more /workers requests fail before :attr:`fail_workers` clears itself (None: until cleared)
+        self.fail_left: int | None = None
+        self._lock = threading.Lock()
         #: (method, path, status) of every /workers request, in order
         self.seen: list[tuple[str, str, int]] = []
         outer = self
@@ -50,9 +54,19 @@ class RouterProxy:
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
+    def fail_next(self, status: int, count: int) -> None:
+        """Answer the next ``count`` requests under ``/workers`` with ``status``, then forward again."""
+        with self._lock:
+            self.fail_workers, self.fail_left = status, count
+
     def answer(self, method: str, path: str, body: bytes | None, ctype: str) -> tuple[int, str, bytes]:
-        fail = self.fail_workers
-        if path.startswith("/workers") and fail is not None:
+        with self._lock:
+            fail = self.fail_workers if path.startswith("/workers") else None
+            if fail is not None and self.fail_left is not None:
+                self.fail_left -= 1
+                if self.fail_left <= 0:
+                    self.fail_workers = self.fail_left = None
+        if fail is not None:
             self.seen.append((method, path, fail))
             return fail, "application/json", b'{"error":"injected fault: the router\'s worker registry is unavailable"}'
         conn = http.client.HTTPConnection(*self.upstream, timeout=10)
