@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 from specconsole.formats.nvidia_smi import QUERY_GPU_FIELDS
 from specconsole.lab.parts.environment import Lab
@@ -69,6 +70,20 @@ def cpu_s(pid: int, children: bool = False) -> float:
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
     return ticks / TICK
+
+
+def run_cpu_per_min(argv: list[str], warmup_s: float, seconds: float, stdout: IO[Any] | int = subprocess.DEVNULL
+                    ) -> float:
+    """Start ``argv`` (its stdout to ``stdout``), let it warm up ``warmup_s``, and return the CPU-s per
+    minute it uses over the next ``seconds``; it is stopped (:func:`stop`) either way."""
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(warmup_s)
+        c0, w0 = cpu_s(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        return (cpu_s(proc.pid) - c0) / ((time.monotonic() - w0) / 60)
+    finally:
+        stop(proc)
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT, wait_s: float = 20.0) -> None:

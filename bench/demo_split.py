@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _tools import compile_tree, cpu_s, stop
+from _tools import compile_tree, cpu_s, run_cpu_per_min
 
 from specconsole.lab.parts.environment import Lab, LabOptions
 
@@ -104,15 +104,8 @@ def tui_round(config: Path, tmp: Path, args: argparse.Namespace) -> tuple[float,
 
 
 def headless_round(config: Path, args: argparse.Namespace) -> float:
-    proc = subprocess.Popen([sys.executable, "-m", "specconsole", "status", "--watch", "--json", "--interval", "1",
-                             "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(WARMUP_S)
-        c0, w0 = cpu_s(proc.pid), time.monotonic()
-        time.sleep(args.duration)
-        return (cpu_s(proc.pid) - c0) / ((time.monotonic() - w0) / 60)
-    finally:
-        stop(proc)
+    return run_cpu_per_min([sys.executable, "-m", "specconsole", "status", "--watch", "--json", "--interval", "1",
+                            "--config", str(config)], WARMUP_S, args.duration)
 
 
 def main() -> int:

@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _tools import compile_tree, cpu_s, missing, stop, watch_loops_cpu
+from _tools import compile_tree, cpu_s, missing, run_cpu_per_min, watch_loops_cpu
 
 from specconsole.formats.nvidia_smi import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 from specconsole.lab.parts.environment import Lab, LabOptions
@@ -87,16 +87,9 @@ def tui(argv: list[str], args: argparse.Namespace) -> tuple[float, float, str]:
 def headless(argv: list[str], args: argparse.Namespace, out: Path) -> tuple[float, str]:
     """(CPU-s/min over the window, the last JSON line it printed)."""
     with out.open("w") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(args.warmup)
-        c0, w0 = cpu_s(proc.pid), time.monotonic()
-        time.sleep(args.duration)
-        used, minutes = cpu_s(proc.pid) - c0, (time.monotonic() - w0) / 60
-        lines = out.read_text().splitlines()
-        return used / minutes, lines[-1] if lines else ""
-    finally:
-        stop(proc)
+        cpu = run_cpu_per_min(argv, args.warmup, args.duration, f)
+    lines = out.read_text().splitlines()
+    return cpu, lines[-1] if lines else ""
 
 
 def fleet_lab(tmp: Path, hosts: int) -> tuple[Lab, Path]:
